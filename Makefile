@@ -1,0 +1,57 @@
+# Two commands on a fresh machine: `make evidence` and `make test`. Everything else is help.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+KERNEL := dirty-runs-evidence
+EVIDENCE_ARGS ?=
+
+.PHONY: help setup test lint check-schema pytest pgtap evidence bench lab clean
+
+help: ## list the targets
+	@echo "Dirty Runs evidence: make <target>"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  %-14s %s\n", $$1, $$2}'
+	@echo ""
+	@echo "Set DATABASE_URL to use your own PostgreSQL; otherwise a throwaway embedded one is started."
+
+$(STAMP): pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: python3.11 (or python3 >= 3.11) with venv is required"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: $(PYTHON) is older than 3.11"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Dirty Runs evidence (.venv)" >/dev/null
+	@touch $(STAMP)
+
+setup: $(STAMP) ## create .venv, install the project, register the Jupyter kernel
+
+lint: $(STAMP) ## ruff + mypy --strict on evidence_lib
+	$(BIN)/ruff check evidence_lib tests
+	$(BIN)/mypy
+
+check-schema: $(STAMP) ## prove migrations/ and sql/ give the same engine catalog
+	$(BIN)/python -m evidence_lib check-schema
+
+pytest: $(STAMP) ## the pytest suite (real PostgreSQL, real PGMQ, real sessions)
+	$(BIN)/python -m pytest -q
+
+pgtap: $(STAMP) ## the pgTAP files with pg_prove (says loudly when pgTAP is missing)
+	$(BIN)/python -m evidence_lib pgtap
+
+test: lint check-schema pytest pgtap ## everything CI runs: lint, schema sync, pytest, pgTAP
+
+evidence: $(STAMP) ## run the evidence scenarios and write a dated bundle under outputs/
+	$(BIN)/python -m evidence_lib evidence $(EVIDENCE_ARGS)
+
+bench: $(STAMP) ## benchmark: raw PGMQ vs the engine on one server, one run
+	$(BIN)/python -m evidence_lib bench
+
+lab: $(STAMP) ## open the notebooks in JupyterLab (installs it on first use)
+	$(BIN)/python -m pip install --quiet -e '.[dev,lab]'
+	$(BIN)/jupyter lab notebooks/
+
+clean: ## remove .venv and caches (bundles in outputs/ are kept)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

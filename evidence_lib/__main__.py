@@ -1,0 +1,3 @@
+from evidence_lib.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""Command line: `python -m evidence_lib <command>` (the Makefile calls these)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from evidence_lib import db, migrate, pgtap, schema_sync
+from evidence_lib.errors import EvidenceError
+
+
+def _server_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--database-url",
+        default=None,
+        help="use this server (default: $DATABASE_URL, else a throwaway embedded one)",
+    )
+
+
+def cmd_check_schema(args: argparse.Namespace) -> int:
+    with db.open_server(args.database_url, fast=True) as server:
+        result = schema_sync.check_schema_sync(server)
+    print(result.summary())
+    return 0 if result.in_sync else 1
+
+
+def cmd_pgtap(args: argparse.Namespace) -> int:
+    with db.open_server(args.database_url, fast=True) as server:
+        result = pgtap.run_pgtap(server)
+    print(pgtap.report(result))
+    return 0 if result.ok else 1
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    if not args.database_url:
+        print("migrate needs --database-url (the database to upgrade)", file=sys.stderr)
+        return 2
+    applied = migrate.apply_migrations(args.database_url, progress=print)
+    print(f"applied {len(applied)} migration(s)" if applied else "nothing to apply")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from evidence_lib import bench
+
+    with db.open_server(args.database_url) as server:
+        print(bench.run_and_format(server, seconds=args.seconds))
+    return 0
+
+
+def cmd_evidence(args: argparse.Namespace) -> int:
+    from evidence_lib import smoke
+
+    return smoke.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m evidence_lib")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("check-schema", help="prove migrations/ and sql/ give the same catalog")
+    _server_args(p)
+    p.set_defaults(func=cmd_check_schema)
+    p = sub.add_parser("pgtap", help="run tests/pgtap with pg_prove (skips loudly without pgTAP)")
+    _server_args(p)
+    p.set_defaults(func=cmd_pgtap)
+    p = sub.add_parser("migrate", help="install PGMQ if absent and apply pending migrations")
+    p.add_argument("--database-url", required=False, default=None)
+    p.set_defaults(func=cmd_migrate)
+    p = sub.add_parser("bench", help="throughput and latency: raw PGMQ vs the engine")
+    _server_args(p)
+    p.add_argument("--seconds", type=float, default=3.0, help="measuring time per case")
+    p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("evidence", help="run the evidence scenarios and write a bundle")
+    _server_args(p)
+    p.set_defaults(func=cmd_evidence)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except EvidenceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

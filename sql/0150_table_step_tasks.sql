@@ -1,0 +1,27 @@
+-- step_tasks: the single task of a started step, and its message.
+create table engine.step_tasks (
+  run_id uuid not null,
+  step_slug text not null,
+  flow_slug text not null,
+  task_index integer not null default 0,
+  status text not null default 'queued',
+  attempts_count integer not null default 0,
+  message_id bigint,
+  output jsonb,
+  error_message text,
+  queued_at timestamptz not null default clock_timestamp(),
+  started_at timestamptz,
+  completed_at timestamptz,
+  failed_at timestamptz,
+  constraint step_tasks_are_identified_by_run_step_and_index
+    primary key (run_id, step_slug, task_index),
+  constraint step_task_belongs_to_a_step_state
+    foreign key (run_id, step_slug) references engine.step_states (run_id, step_slug)
+    on delete cascade,
+  constraint step_task_status_is_known
+    check (status in ('queued', 'started', 'completed', 'failed', 'cancelled')),
+  constraint task_index_is_zero_for_single_task_steps check (task_index = 0),
+  constraint attempts_count_is_not_negative check (attempts_count >= 0)
+);
+create index step_tasks_by_flow_message on engine.step_tasks (flow_slug, message_id);
+create index started_step_tasks on engine.step_tasks (started_at) where status = 'started';

@@ -1,0 +1,19 @@
+-- Privileges: nothing in schema engine is usable by PUBLIC. engine_worker executes only what a
+-- worker needs; engine_operator executes everything else that is public API. Internal helpers
+-- (names starting with _) are executed only through the security definer functions.
+revoke all on all functions in schema engine from public;
+revoke all on all tables in schema engine from public;
+grant usage on schema pgmq to engine_worker;
+grant execute on function
+  engine.start_tasks(text, bigint[]),
+  engine.complete_task(uuid, text, integer, jsonb),
+  engine.fail_task(uuid, text, integer, text)
+  to engine_worker;
+grant execute on function
+  engine.create_flow(text, integer, integer, integer),
+  engine.add_step(text, text, text[], integer, integer, integer, integer),
+  engine.delete_flow(text),
+  engine.start_flow(text, jsonb),
+  engine.requeue_stalled_tasks(),
+  engine.prune_data_older_than(interval)
+  to engine_operator;

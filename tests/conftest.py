@@ -1,0 +1,37 @@
+"""Shared fixtures: one server per session, a migrated template, a fresh clone per test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from evidence_lib import db, migrate
+from evidence_lib.db import Conn, Server
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    with db.open_server(fast=True) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def template_db(server: Server) -> Iterator[str]:
+    name = db.scratch_name("tmpl")
+    url = db.create_database(server, name)
+    migrate.apply_migrations(url)
+    yield name
+    db.drop_database(server, name)
+
+
+@pytest.fixture
+def db_url(server: Server, template_db: str) -> Iterator[str]:
+    with db.scratch_database(server, template=template_db, prefix="t") as url:
+        yield url
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[Conn]:
+    with db.connect(db_url, application_name="test") as c:
+        yield c
