@@ -178,5 +178,11 @@ def format_results(facts: dict[str, Any], results: list[CaseResult]) -> str:
 
 
 def run_and_format(server: Server, *, seconds: float = 3.0) -> str:
+    from evidence_lib.starvation import format_starvation, run_starvation
+
     facts, results = run_benchmark(server, seconds=seconds)
-    return format_results(facts, results)
+    starvation = run_starvation(server)
+    return (
+        format_results(facts, results) + "\n\nstarvation: B end-to-end latency behind a "
+        "backlog of slow A tasks, same total worker count\n" + format_starvation(starvation)
+    )

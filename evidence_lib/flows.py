@@ -23,6 +23,7 @@ from typing import Any, Generic, Literal, TypeVar
 from evidence_lib.db import Conn
 from evidence_lib.errors import EvidenceError
 from evidence_lib.jsontypes import Json
+from evidence_lib.queues import flow_queue_name, step_queue_name
 
 S = TypeVar("S", bound=str)
 Handler = Callable[[Json], Json]
@@ -167,11 +168,27 @@ class Shape:
     steps: tuple[tuple[Any, ...], ...]
 
 
+def route(flow: AnyFlow, step_slug: str) -> str:
+    """The queue a step's messages are sent to."""
+    if isinstance(flow, StepQueuedFlow):
+        return step_queue_name(flow.slug, step_slug, flow.step_slugs.index(step_slug))
+    return flow_queue_name(flow.slug)
+
+
 def desired_shape(flow: AnyFlow) -> Shape:
     base = flow.flow if isinstance(flow, StepQueuedFlow) else flow
     options = (base.max_attempts, base.base_delay, base.timeout, flow.queue_mode)
     steps = tuple(
-        (i, s.slug, tuple(sorted(s.deps)), s.max_attempts, s.base_delay, s.timeout, s.start_delay)
+        (
+            i,
+            s.slug,
+            tuple(sorted(s.deps)),
+            s.max_attempts,
+            s.base_delay,
+            s.timeout,
+            s.start_delay,
+            route(flow, s.slug),
+        )
         for i, s in enumerate(base.steps)
     )
     return Shape(options, steps)
@@ -180,9 +197,8 @@ def desired_shape(flow: AnyFlow) -> Shape:
 def stored_shape(conn: Conn, flow_slug: str) -> Shape | None:
     """The shape stored for `flow_slug`, or None when the flow does not exist."""
     row = conn.execute(
-        "select max_attempts, base_delay, timeout, "
-        "  coalesce(to_jsonb(f) ->> 'queue_mode', 'flow') "
-        "from engine.flows f where flow_slug = %s",
+        "select max_attempts, base_delay, timeout, queue_mode from engine.flows "
+        "where flow_slug = %s",
         (flow_slug,),
     ).fetchone()
     if row is None:
@@ -192,7 +208,7 @@ def stored_shape(conn: Conn, flow_slug: str) -> Shape | None:
                   coalesce((select array_agg(d.dep_slug order by d.dep_slug) from engine.deps d
                              where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug),
                            '{}'),
-                  s.max_attempts, s.base_delay, s.timeout, s.start_delay
+                  s.max_attempts, s.base_delay, s.timeout, s.start_delay, s.queue_name
              from engine.steps s where s.flow_slug = %s order by s.step_index""",
         (flow_slug,),
     ).fetchall()
@@ -203,7 +219,7 @@ def _describe(shape: Shape | None) -> str:
     if shape is None:
         return "absent"
     ma, bd, to, mode = shape.options
-    steps = ", ".join(f"{s[1]}(deps={list(s[2])})" for s in shape.steps)
+    steps = ", ".join(f"{s[1]}(deps={list(s[2])}, queue={s[7]})" for s in shape.steps)
     return f"max_attempts={ma} base_delay={bd} timeout={to} queue_mode={mode} steps=[{steps}]"
 
 

@@ -6,8 +6,8 @@ PGMQ_MAX_QUEUE_NAME = 47
 
 
 def flow_queue_name(flow_slug: str) -> str:
-    """The queue every step of a plain flow routes to (in the v1 baseline: the slug itself)."""
-    return flow_slug
+    """The queue every step of a plain flow routes to, and the name every flow reserves."""
+    return flow_slug.lower()
 
 
 def step_queue_name(flow_slug: str, step_slug: str, step_index: int) -> str:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from evidence_lib.errors import EvidenceError
-from evidence_lib.flows import AnyFlow, StepQueuedFlow
+from evidence_lib.flows import AnyFlow, StepQueuedFlow, route
 from evidence_lib.jsontypes import Json
-from evidence_lib.queues import flow_queue_name, step_queue_name
+from evidence_lib.queues import flow_queue_name
 
 
 class WorkerError(EvidenceError):
@@ -74,7 +74,7 @@ def resolve_queue(flow: AnyFlow, step: str | None) -> tuple[str, str | None]:
             raise StepSelectorError(
                 f"flow {flow.slug} has no step {step!r}; its steps are {flow.step_slugs}"
             )
-        return step_queue_name(flow.slug, step, flow.step_slugs.index(step)), step
+        return route(flow, step), step
     if step is not None:
         raise StepSelectorError(
             f"flow {flow.slug} is a plain flow: its worker reads queue "

@@ -31,13 +31,13 @@ begin
    order by t.step_slug, t.task_index
      for update;
   for v_task in
-    select t.flow_slug, t.message_id
+    select t.queue_name, t.message_id
       from engine.step_tasks as t
      where t.run_id = _fail_run.run_id and t.status in ('queued', 'started')
        and t.message_id is not null
-     order by t.flow_slug, t.message_id
+     order by t.queue_name, t.message_id
   loop
-    perform pgmq.archive(v_task.flow_slug, v_task.message_id);
+    perform pgmq.archive(v_task.queue_name, v_task.message_id);
   end loop;
   update engine.step_tasks as t
      set status = 'cancelled', failed_at = _fail_run.now

@@ -1,14 +1,19 @@
--- create_flow: define a flow (its options are its steps' defaults) and create its queue.
--- Locks: the flow row (insert, or for update when it exists).
--- Refuses: DR001 invalid slug, default queue name over 47 characters or option out of range
---          · DR016 the flow exists with different options.
--- Writes: flows, one PGMQ queue named by the flow slug (when missing).
+-- create_flow: define a flow (its options are its steps' defaults). A plain flow
+-- (queue_mode 'flow') gets its queue lower(flow_slug) now; a step-queued flow ('step') gets a
+-- private queue per step in add_step. Either way the flow reserves lower(flow_slug).
+-- Locks: definition (the flow row: insert, or for update when it exists) -> the advisory lock
+-- of its default queue name.
+-- Refuses: DR001 invalid slug, default queue name over 47 characters, option out of range or
+--          unknown queue_mode · DR016 the flow exists with different options or mode
+--          · DR012 the default queue name is taken by another flow or by another PGMQ queue.
+-- Writes: flows, the PGMQ queue lower(flow_slug) of a plain flow (when missing).
 -- Defining the same flow again with identical options is a no-op that returns the row.
 create function engine.create_flow(
   flow_slug text,
   max_attempts integer default 3,
   base_delay integer default 1,
-  timeout integer default 60
+  timeout integer default 60,
+  queue_mode text default 'flow'
 ) returns engine.flows
 language plpgsql security definer
 set search_path = ''
@@ -34,31 +39,43 @@ begin
       using errcode = 'DR001',
             hint = 'max_attempts >= 1, base_delay >= 0, timeout >= 1 (seconds), none null.';
   end if;
+  if create_flow.queue_mode is null or create_flow.queue_mode not in ('flow', 'step') then
+    raise exception 'flow %: unknown queue_mode %', create_flow.flow_slug,
+      pg_catalog.quote_nullable(create_flow.queue_mode)
+      using errcode = 'DR001', hint = 'queue_mode is ''flow'' (one queue) or ''step'' (a queue per step).';
+  end if;
 
-  insert into engine.flows as f (flow_slug, max_attempts, base_delay, timeout)
-  values (create_flow.flow_slug, create_flow.max_attempts, create_flow.base_delay,
-          create_flow.timeout)
-  on conflict on constraint flows_are_identified_by_slug do nothing
-  returning f.* into v_flow;
-
-  if v_flow.flow_slug is null then
-    select f.* into strict v_flow
-      from engine.flows as f
-     where f.flow_slug = create_flow.flow_slug
-       for update;
-    if (v_flow.max_attempts, v_flow.base_delay, v_flow.timeout)
-       is distinct from (create_flow.max_attempts, create_flow.base_delay, create_flow.timeout) then
+  -- concurrent definitions of the same or a colliding name serialize here
+  perform pg_catalog.pg_advisory_xact_lock(7100, pg_catalog.hashtext(pg_catalog.lower(create_flow.flow_slug)));
+  select f.* into v_flow
+    from engine.flows as f
+   where f.flow_slug = create_flow.flow_slug
+     for update;
+  if found then
+    if (v_flow.max_attempts, v_flow.base_delay, v_flow.timeout, v_flow.queue_mode)
+       is distinct from (create_flow.max_attempts, create_flow.base_delay, create_flow.timeout,
+                         create_flow.queue_mode) then
       raise exception 'flow % already exists with different options', create_flow.flow_slug
         using errcode = 'DR016',
               detail = pg_catalog.format(
-                'existing: max_attempts %s, base_delay %s, timeout %s; given: max_attempts %s, base_delay %s, timeout %s',
-                v_flow.max_attempts, v_flow.base_delay, v_flow.timeout,
-                create_flow.max_attempts, create_flow.base_delay, create_flow.timeout);
+                'existing: max_attempts %s, base_delay %s, timeout %s, queue_mode %s; given: max_attempts %s, base_delay %s, timeout %s, queue_mode %s',
+                v_flow.max_attempts, v_flow.base_delay, v_flow.timeout, v_flow.queue_mode,
+                create_flow.max_attempts, create_flow.base_delay, create_flow.timeout,
+                create_flow.queue_mode);
     end if;
     return v_flow;
   end if;
 
-  perform engine._ensure_queue(create_flow.flow_slug);
+  perform engine._reserve_queue_name(create_flow.flow_slug, create_flow.flow_slug);
+
+  insert into engine.flows as f (flow_slug, max_attempts, base_delay, timeout, queue_mode)
+  values (create_flow.flow_slug, create_flow.max_attempts, create_flow.base_delay,
+          create_flow.timeout, create_flow.queue_mode)
+  returning f.* into v_flow;
+
+  if v_flow.queue_mode = 'flow' then
+    perform engine._ensure_queue(pg_catalog.lower(create_flow.flow_slug));
+  end if;
   return v_flow;
 end;
 $$;

@@ -1,9 +1,11 @@
 -- add_step: add a single-task step to a flow; its deps must already be steps of the flow, so a
--- cycle can only be a step naming itself.
--- Locks: definition (the flow row for update).
+-- cycle can only be a step naming itself. The step's route is lower(flow_slug) in a plain flow
+-- and its private queue (created here) in a step-queued flow.
+-- Locks: definition (the flow row for update) -> the advisory lock of a private queue name.
 -- Refuses: DR014 unknown flow or dependency · DR001 invalid or reserved slug, null, duplicate
---          or self dependency, option out of range · DR016 the step exists with other options.
--- Writes: steps, deps.
+--          or self dependency, option out of range · DR016 the step exists with other options
+--          · DR012 the private queue name is taken.
+-- Writes: steps, deps, and the private PGMQ queue of a step-queued flow.
 -- Defining the same step again with identical options is a no-op that returns the row.
 create function engine.add_step(
   flow_slug text,
@@ -19,11 +21,15 @@ set search_path = ''
 as $$
 declare
   v_deps text[] := coalesce(add_step.deps, '{}');
+  v_mode text;
   v_step engine.steps;
   v_existing_deps text[];
   v_unknown text[];
+  v_index integer;
+  v_route text;
 begin
-  perform from engine.flows as f where f.flow_slug = add_step.flow_slug for update;
+  select f.queue_mode into v_mode
+    from engine.flows as f where f.flow_slug = add_step.flow_slug for update;
   if not found then
     raise exception 'unknown flow %', pg_catalog.quote_nullable(add_step.flow_slug)
       using errcode = 'DR014';
@@ -99,17 +105,28 @@ begin
             hint = 'Add a step before the steps that depend on it.';
   end if;
 
+  select pg_catalog.count(*) into v_index
+    from engine.steps as s where s.flow_slug = add_step.flow_slug;
+  if v_mode = 'step' then
+    v_route := engine._step_queue_name(add_step.flow_slug, add_step.step_slug, v_index);
+    perform engine._reserve_queue_name(add_step.flow_slug, v_route);
+  else
+    v_route := pg_catalog.lower(add_step.flow_slug);
+  end if;
+
   insert into engine.steps as s (flow_slug, step_slug, step_index, deps_count, max_attempts,
-                                 base_delay, timeout, start_delay)
-  values (add_step.flow_slug, add_step.step_slug,
-          (select pg_catalog.count(*) from engine.steps as s2 where s2.flow_slug = add_step.flow_slug),
-          pg_catalog.cardinality(v_deps), add_step.max_attempts, add_step.base_delay,
-          add_step.timeout, add_step.start_delay)
+                                 base_delay, timeout, start_delay, queue_name)
+  values (add_step.flow_slug, add_step.step_slug, v_index, pg_catalog.cardinality(v_deps),
+          add_step.max_attempts, add_step.base_delay, add_step.timeout, add_step.start_delay,
+          v_route)
   returning s.* into v_step;
 
   insert into engine.deps (flow_slug, dep_slug, step_slug)
   select add_step.flow_slug, x, add_step.step_slug from pg_catalog.unnest(v_deps) as x;
 
+  if v_mode = 'step' then
+    perform engine._ensure_queue(v_route);
+  end if;
   return v_step;
 end;
 $$;

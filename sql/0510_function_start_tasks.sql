@@ -1,7 +1,9 @@
 -- start_tasks: a v1 worker claims the queued tasks behind the messages it has read.
 -- Only rows that the guarded UPDATE ... RETURNING actually changed are granted, so two
 -- sessions claiming one message get one winner. Each winner's message becomes invisible
--- until the effective step timeout + 2 s. Unknown message ids are ignored (no grant, no write).
+-- until the effective step timeout + 2 s. Messages match on the task's snapshot
+-- (queue_name, message_id) only, so an equal id in another queue never matches. Unknown
+-- message ids are ignored (no grant, no write). Queue names compare lower-cased, as in PGMQ.
 -- Locks: candidate step_tasks by (run_id, step_slug, task_index) -> their messages.
 -- Writes: step_tasks (started, attempts_count + 1), the winners' message vt.
 create function engine.start_tasks(queue_name text, message_ids bigint[])
@@ -21,7 +23,7 @@ begin
       from (select c.run_id, c.step_slug, c.task_index
               from engine.step_tasks as c
               join engine.runs as r on r.run_id = c.run_id
-             where c.flow_slug = start_tasks.queue_name
+             where c.queue_name = pg_catalog.lower(start_tasks.queue_name)
                and c.message_id = any (start_tasks.message_ids)
                and c.status = 'queued'
                and r.status = 'started'
@@ -35,12 +37,12 @@ begin
        and t.status = 'queued'
        and s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
        and f.flow_slug = t.flow_slug
-    returning t.run_id, t.step_slug, t.task_index, t.flow_slug, t.message_id,
+    returning t.run_id, t.step_slug, t.task_index, t.queue_name, t.message_id,
               coalesce(s.timeout, f.timeout) as timeout
   loop
-    perform pgmq.set_vt(v_task.flow_slug, v_task.message_id,
+    perform pgmq.set_vt(v_task.queue_name, v_task.message_id,
                         v_now + pg_catalog.make_interval(secs => v_task.timeout + 2));
-    return next row(v_task.run_id, v_task.step_slug, v_task.task_index, v_task.flow_slug,
+    return next row(v_task.run_id, v_task.step_slug, v_task.task_index, v_task.queue_name,
                     v_task.message_id, engine._task_input(v_task.run_id, v_task.step_slug)
                    )::engine.task_grant;
   end loop;

@@ -58,7 +58,7 @@ begin
      and t.task_index = complete_task.task_index
   returning t.* into v_task;
 
-  perform pgmq.archive(v_task.flow_slug, v_task.message_id);
+  perform pgmq.archive(v_task.queue_name, v_task.message_id);
 
   update engine.step_states as ss
      set status = 'completed', completed_at = v_now

@@ -56,7 +56,7 @@ begin
        and t.task_index = fail_task.task_index
     returning t.* into v_task;
     perform pgmq.set_vt(
-      v_task.flow_slug, v_task.message_id,
+      v_task.queue_name, v_task.message_id,
       v_now + pg_catalog.make_interval(
         secs => v_base_delay * pg_catalog.power(2, v_task.attempts_count - 1)));
     return v_task;
@@ -67,7 +67,7 @@ begin
    where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug
      and t.task_index = fail_task.task_index
   returning t.* into v_task;
-  perform pgmq.archive(v_task.flow_slug, v_task.message_id);
+  perform pgmq.archive(v_task.queue_name, v_task.message_id);
 
   update engine.step_states as ss
      set status = 'failed', failed_at = v_now, error_message = fail_task.error_message

@@ -50,14 +50,14 @@ begin
          set status = 'queued', queued_at = v_now, error_message = v_error
        where t.run_id = v_task.run_id and t.step_slug = v_task.step_slug
          and t.task_index = v_task.task_index;
-      perform pgmq.set_vt(v_task.flow_slug, v_task.message_id, v_now);
+      perform pgmq.set_vt(v_task.queue_name, v_task.message_id, v_now);
       v_requeued := v_requeued + 1;
     else
       update engine.step_tasks as t
          set status = 'failed', failed_at = v_now, error_message = v_error
        where t.run_id = v_task.run_id and t.step_slug = v_task.step_slug
          and t.task_index = v_task.task_index;
-      perform pgmq.archive(v_task.flow_slug, v_task.message_id);
+      perform pgmq.archive(v_task.queue_name, v_task.message_id);
       update engine.step_states as ss
          set status = 'failed', failed_at = v_now, error_message = v_error
        where ss.run_id = v_task.run_id and ss.step_slug = v_task.step_slug;

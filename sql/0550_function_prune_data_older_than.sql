@@ -1,6 +1,7 @@
 -- prune_data_older_than: delete terminal runs (with their step_states and step_tasks) that
 -- ended before now - retention, and archived messages older than that from the archive
--- tables of the queues the engine owns. Non-terminal runs are never touched.
+-- tables of the queues the engine routes to (step routes and plain flows' queues).
+-- Non-terminal runs are never touched.
 -- Locks: the pruned runs (row locks taken by the delete).
 -- Refuses: DR008 retention is null or negative.
 -- Writes: deletes runs, step_states, step_tasks, and rows of pgmq.a_<queue> of engine queues.
@@ -27,7 +28,10 @@ begin
   get diagnostics v_pruned = row_count;
 
   for v_queue in
-    select pg_catalog.lower(f.flow_slug) from engine.flows as f order by 1
+    select s.queue_name from engine.steps as s
+    union
+    select pg_catalog.lower(f.flow_slug) from engine.flows as f where f.queue_mode = 'flow'
+    order by 1
   loop
     if pg_catalog.to_regclass(pg_catalog.format('pgmq.%I', 'a_' || v_queue)) is not null then
       execute pg_catalog.format('delete from pgmq.%I as a where a.archived_at < $1', 'a_' || v_queue)

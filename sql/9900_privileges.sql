@@ -10,7 +10,7 @@ grant execute on function
   engine.fail_task(uuid, text, integer, text)
   to engine_worker;
 grant execute on function
-  engine.create_flow(text, integer, integer, integer),
+  engine.create_flow(text, integer, integer, integer, text),
   engine.add_step(text, text, text[], integer, integer, integer, integer),
   engine.delete_flow(text),
   engine.start_flow(text, jsonb),
