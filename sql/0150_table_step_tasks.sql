@@ -15,6 +15,7 @@ create table engine.step_tasks (
   completed_at timestamptz,
   failed_at timestamptz,
   queue_name text,
+  infrastructure_losses integer not null default 0,
   constraint step_tasks_are_identified_by_run_step_and_index
     primary key (run_id, step_slug, task_index),
   constraint step_task_belongs_to_a_step_state
@@ -24,6 +25,7 @@ create table engine.step_tasks (
     check (status in ('queued', 'started', 'completed', 'failed', 'cancelled')),
   constraint task_index_is_zero_for_single_task_steps check (task_index = 0),
   constraint attempts_count_is_not_negative check (attempts_count >= 0),
+  constraint infrastructure_losses_is_not_negative check (infrastructure_losses >= 0),
   constraint message_identity_is_complete_or_absent
     check ((queue_name is null) = (message_id is null))
 );

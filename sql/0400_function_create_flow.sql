@@ -5,6 +5,7 @@
 -- of its default queue name.
 -- Refuses: DR001 invalid slug, default queue name over 47 characters, option out of range or
 --          unknown queue_mode · DR016 the flow exists with different options or mode
+--          (DR011 instead while a v2 run of the flow is not terminal)
 --          · DR012 the default queue name is taken by another flow or by another PGMQ queue.
 -- Writes: flows, the PGMQ queue lower(flow_slug) of a plain flow (when missing).
 -- Defining the same flow again with identical options is a no-op that returns the row.
@@ -55,6 +56,7 @@ begin
     if (v_flow.max_attempts, v_flow.base_delay, v_flow.timeout, v_flow.queue_mode)
        is distinct from (create_flow.max_attempts, create_flow.base_delay, create_flow.timeout,
                          create_flow.queue_mode) then
+      perform engine._assert_definition_unlocked(create_flow.flow_slug, 'options');
       raise exception 'flow % already exists with different options', create_flow.flow_slug
         using errcode = 'DR016',
               detail = pg_catalog.format(

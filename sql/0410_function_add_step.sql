@@ -4,7 +4,8 @@
 -- Locks: definition (the flow row for update) -> the advisory lock of a private queue name.
 -- Refuses: DR014 unknown flow or dependency · DR001 invalid or reserved slug, null, duplicate
 --          or self dependency, option out of range · DR016 the step exists with other options
---          · DR012 the private queue name is taken.
+--          · DR012 the private queue name is taken · DR011 a v2 run of the flow is not
+--          terminal (any change; an identical redefinition is still a no-op).
 -- Writes: steps, deps, and the private PGMQ queue of a step-queued flow.
 -- Defining the same step again with identical options is a no-op that returns the row.
 create function engine.add_step(
@@ -82,6 +83,7 @@ begin
        or (v_step.max_attempts, v_step.base_delay, v_step.timeout, v_step.start_delay)
           is distinct from (add_step.max_attempts, add_step.base_delay, add_step.timeout,
                             add_step.start_delay) then
+      perform engine._assert_definition_unlocked(add_step.flow_slug, 'step ' || add_step.step_slug);
       raise exception 'flow %, step % already exists with different deps or options',
         add_step.flow_slug, add_step.step_slug
         using errcode = 'DR016',
@@ -93,6 +95,8 @@ begin
     end if;
     return v_step;
   end if;
+
+  perform engine._assert_definition_unlocked(add_step.flow_slug, 'new step ' || add_step.step_slug);
 
   select pg_catalog.array_agg(x order by x) into v_unknown
     from pg_catalog.unnest(v_deps) as x

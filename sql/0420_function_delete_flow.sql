@@ -2,7 +2,7 @@
 -- queue, a step-queued flow's private queues), messages dropped with the queues and no
 -- per-message archive first. A queue the flow does not route to is never dropped.
 -- Locks: definition (the flow row for update) -> its runs (for update).
--- Refuses: DR014 unknown flow.
+-- Refuses: DR014 unknown flow · DR011 a v2 run of the flow is not terminal.
 -- Writes: deletes runs (with step_states and step_tasks), deps, steps, the flow; drops queues.
 create function engine.delete_flow(flow_slug text)
 returns void
@@ -18,6 +18,7 @@ begin
     raise exception 'unknown flow %', pg_catalog.quote_nullable(delete_flow.flow_slug)
       using errcode = 'DR014';
   end if;
+  perform engine._assert_definition_unlocked(delete_flow.flow_slug, 'delete');
 
   select pg_catalog.array_agg(distinct r.name)
     into v_routes

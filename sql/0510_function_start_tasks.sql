@@ -3,7 +3,8 @@
 -- sessions claiming one message get one winner. Each winner's message becomes invisible
 -- until the effective step timeout + 2 s. Messages match on the task's snapshot
 -- (queue_name, message_id) only, so an equal id in another queue never matches. Unknown
--- message ids are ignored (no grant, no write). Queue names compare lower-cased, as in PGMQ.
+-- message ids and tasks of v2 runs are ignored (no grant, no write). Queue names compare
+-- lower-cased, as in PGMQ.
 -- Locks: candidate step_tasks by (run_id, step_slug, task_index) -> their messages.
 -- Writes: step_tasks (started, attempts_count + 1), the winners' message vt.
 create function engine.start_tasks(queue_name text, message_ids bigint[])
@@ -27,6 +28,7 @@ begin
                and c.message_id = any (start_tasks.message_ids)
                and c.status = 'queued'
                and r.status = 'started'
+               and r.protocol = 'v1'
              order by c.run_id, c.step_slug, c.task_index
                for update of c) as candidate,
            engine.steps as s,

@@ -4,7 +4,7 @@
 -- A task that is no longer started (its run failed meanwhile, or it was completed or
 -- requeued) is left as it is and returned unchanged.
 -- Locks: run (for update) -> step_states by step_slug -> the task -> its message.
--- Refuses: DR014 unknown run or task · DR009 output is SQL NULL.
+-- Refuses: DR014 unknown run or task · DR009 output is SQL NULL · DR010 a v2 run.
 -- Writes: step_tasks (completed), archives its message, step_states (completed; dependents'
 --         remaining_deps - 1), runs (remaining_steps - 1; completed with the leaf outputs),
 --         dependents' tasks and messages.
@@ -23,10 +23,16 @@ begin
       using errcode = 'DR009', hint = 'Pass ''null''::jsonb for a JSON null result.';
   end if;
 
-  select r.* into v_run from engine.runs as r where r.run_id = complete_task.run_id for update;
+  select r.* into v_run from engine.runs as r where r.run_id = complete_task.run_id;
   if not found then
     raise exception 'unknown run %', complete_task.run_id using errcode = 'DR014';
   end if;
+  if v_run.protocol <> 'v1' then
+    raise exception 'run % is a % run: complete_task is a v1 writer and refuses it', complete_task.run_id,
+      v_run.protocol
+      using errcode = 'DR010', hint = 'A v2 task is settled with engine.v2_settle(claim_id, ...).';
+  end if;
+  select r.* into strict v_run from engine.runs as r where r.run_id = complete_task.run_id for update;
 
   perform
     from engine.step_states as ss

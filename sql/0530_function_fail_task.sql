@@ -3,7 +3,7 @@
 -- failure fails the step and the run, and terminalizes every unfinished task of the run.
 -- A task that is no longer started is left as it is and returned unchanged.
 -- Locks: run (for update) -> step_states by step_slug -> the task -> messages.
--- Refuses: DR014 unknown run or task.
+-- Refuses: DR014 unknown run or task · DR010 a v2 run.
 -- Writes: step_tasks, its message (vt on retry, archive on the last failure), step_states and
 --         runs on the last failure.
 create function engine.fail_task(run_id uuid, step_slug text, task_index integer, error_message text)
@@ -18,10 +18,16 @@ declare
   v_max_attempts integer;
   v_base_delay integer;
 begin
-  select r.* into v_run from engine.runs as r where r.run_id = fail_task.run_id for update;
+  select r.* into v_run from engine.runs as r where r.run_id = fail_task.run_id;
   if not found then
     raise exception 'unknown run %', fail_task.run_id using errcode = 'DR014';
   end if;
+  if v_run.protocol <> 'v1' then
+    raise exception 'run % is a % run: fail_task is a v1 writer and refuses it', fail_task.run_id,
+      v_run.protocol
+      using errcode = 'DR010', hint = 'A v2 task is settled with engine.v2_settle(claim_id, ...).';
+  end if;
+  select r.* into strict v_run from engine.runs as r where r.run_id = fail_task.run_id for update;
 
   perform
     from engine.step_states as ss

@@ -1,6 +1,7 @@
 -- requeue_stalled_tasks: recover v1 tasks whose worker went silent. A started task whose
 -- started_at + effective step timeout + 2 s has passed is queued again and its message made
 -- visible now; a stalled task that has used its last attempt fails with its run instead.
+-- Tasks of v2 runs are never touched (their recovery is v2_take_over).
 -- Locks: per task, run (for update) -> step_states by step_slug -> the task -> its message.
 -- Writes: step_tasks, message vt (requeue) or archive (last attempt), step_states and runs on
 --         the last attempt.
@@ -24,6 +25,7 @@ begin
       from engine.step_tasks as t
       join engine.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
       join engine.flows as f on f.flow_slug = t.flow_slug
+      join engine.runs as r on r.run_id = t.run_id and r.protocol = 'v1'
      where t.status = 'started'
        and t.started_at + pg_catalog.make_interval(secs => coalesce(s.timeout, f.timeout) + 2) < v_now
      order by t.run_id, t.step_slug, t.task_index

@@ -7,7 +7,9 @@ grant usage on schema pgmq to engine_worker;
 grant execute on function
   engine.start_tasks(text, bigint[]),
   engine.complete_task(uuid, text, integer, jsonb),
-  engine.fail_task(uuid, text, integer, text)
+  engine.fail_task(uuid, text, integer, text),
+  engine.v2_claim(uuid, text, text, bigint[]),
+  engine.v2_settle(uuid, text, jsonb)
   to engine_worker;
 grant execute on function
   engine.create_flow(text, integer, integer, integer, text),
@@ -15,5 +17,9 @@ grant execute on function
   engine.delete_flow(text),
   engine.start_flow(text, jsonb),
   engine.requeue_stalled_tasks(),
-  engine.prune_data_older_than(interval)
+  engine.prune_data_older_than(interval),
+  engine.v2_limits(),
+  engine.v2_start_run(text, jsonb),
+  engine.v2_take_over(uuid, text, uuid, text, bigint[]),
+  engine.v2_reconcile(uuid, integer)
   to engine_operator;

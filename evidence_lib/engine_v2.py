@@ -1,0 +1,129 @@
+"""Typed calls into the Dirty Runs v2 SQL API: one SQL statement per function, no retries.
+
+The caller decides the session and the transaction; these functions only map arguments and
+rows. Message ids are Python ints end to end, so ids beyond 2^53 stay exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+from evidence_lib.db import Conn
+from evidence_lib.jsontypes import Json
+
+Outcome = Literal["completed", "failed"]
+Verdict = Literal["accepted", "replayed", "conflict", "stale", "terminal"]
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A won v2 claim (`engine.v2_grant`)."""
+
+    claim_id: UUID
+    run_id: UUID
+    step_slug: str
+    task_index: int
+    queue_name: str
+    message_id: int
+    input: Json
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """The answer to a settlement (`engine.v2_receipt`)."""
+
+    verdict: Verdict
+    claim_id: UUID
+    outcome: Outcome | None
+    result: Json
+    generation: int
+    settled_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one reconcile call did (`engine.v2_report`)."""
+
+    run_id: UUID
+    generation: int
+    actions: int
+    processed: bool
+    health: str
+    run_status: str
+
+
+def limits(conn: Conn) -> dict[str, Any]:
+    row = conn.execute("select engine.v2_limits()").fetchone()
+    assert row is not None
+    value: dict[str, Any] = row[0]
+    return value
+
+
+def start_run(conn: Conn, flow_slug: str, input: Json) -> UUID:
+    row = conn.execute("select engine.v2_start_run(%s, %s)", (flow_slug, Jsonb(input))).fetchone()
+    assert row is not None
+    return UUID(str(row[0]))
+
+
+def claim(
+    conn: Conn, run_id: UUID, step_slug: str, queue_name: str, message_id: int
+) -> Grant | None:
+    """Claim one delivery; None when the task is not claimable now (or another session won)."""
+    with conn.cursor(row_factory=class_row(Grant)) as cur:
+        rows = cur.execute(
+            "select * from engine.v2_claim(%s, %s, %s, array[%s]::bigint[])",
+            (run_id, step_slug, queue_name, message_id),
+        ).fetchall()
+    return rows[0] if rows else None
+
+
+def take_over(
+    conn: Conn,
+    run_id: UUID,
+    step_slug: str,
+    expected_claim_id: UUID,
+    queue_name: str,
+    message_id: int,
+) -> Grant | None:
+    """Take over an expired claim; None when the task used its takeover (health: attention)."""
+    with conn.cursor(row_factory=class_row(Grant)) as cur:
+        rows = cur.execute(
+            "select * from engine.v2_take_over(%s, %s, %s, %s, array[%s]::bigint[])",
+            (run_id, step_slug, expected_claim_id, queue_name, message_id),
+        ).fetchall()
+    return rows[0] if rows else None
+
+
+def settle(conn: Conn, claim_id: UUID, outcome: Outcome, result: Json) -> Receipt:
+    with conn.cursor(row_factory=class_row(Receipt)) as cur:
+        row = cur.execute(
+            "select * from engine.v2_settle(%s, %s, %s)", (claim_id, outcome, Jsonb(result))
+        ).fetchone()
+    assert row is not None
+    return row
+
+
+def reconcile(conn: Conn, run_id: UUID, max_actions: int = 8) -> Report:
+    with conn.cursor(row_factory=class_row(Report)) as cur:
+        row = cur.execute(
+            "select * from engine.v2_reconcile(%s, %s)", (run_id, max_actions)
+        ).fetchone()
+    assert row is not None
+    return row
+
+
+def work_row(conn: Conn, run_id: UUID) -> dict[str, Any]:
+    row = conn.execute(
+        "select to_jsonb(w) from engine.run_work w where run_id = %s", (run_id,)
+    ).fetchone()
+    if row is None:
+        raise KeyError(f"no work row for run {run_id}")
+    value: dict[str, Any] = row[0]
+    return value
