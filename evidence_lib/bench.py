@@ -136,9 +136,7 @@ def run_benchmark(
                 after = conn.execute("select count(*) from pgmq.a_bench_raw").fetchone()
             assert before is not None and after is not None
             results.append(
-                CaseResult(
-                    "raw PGMQ send+read+archive", n, elapsed, after[0] - before[0], "msgs", times
-                )
+                CaseResult("raw PGMQ send+read+archive", n, elapsed, after[0] - before[0], "msgs", times)
             )
         for n in connection_counts:
             with connect(url) as conn:
@@ -147,13 +145,9 @@ def run_benchmark(
                 ).fetchone()
             elapsed, times = measure(url, n, seconds, v1_body("bench_ab", "bench_ab"))
             with connect(url) as conn:
-                after = conn.execute(
-                    "select count(*) from engine.runs where status = 'completed'"
-                ).fetchone()
+                after = conn.execute("select count(*) from engine.runs where status = 'completed'").fetchone()
             assert before is not None and after is not None
-            results.append(
-                CaseResult("v1 A -> B runs", n, elapsed, after[0] - before[0], "runs", times)
-            )
+            results.append(CaseResult("v1 A -> B runs", n, elapsed, after[0] - before[0], "runs", times))
     return facts, results
 
 
@@ -162,8 +156,7 @@ def format_results(facts: dict[str, Any], results: list[CaseResult]) -> str:
     lines.append(f"{'case':<30} {'conns':>5} {'per s':>9}  per-call p50 / p95 (ms)")
     for r in results:
         calls = "  ".join(
-            f"{name} {s['p50_ms']:.2f}/{s['p95_ms']:.2f}"
-            for name, s in r.times.summary_ms().items()
+            f"{name} {s['p50_ms']:.2f}/{s['p95_ms']:.2f}" for name, s in r.times.summary_ms().items()
         )
         lines.append(f"{r.case:<30} {r.connections:>5} {r.per_second:>9.1f}  {calls}")
     raw = {r.connections: r.per_second for r in results if r.unit == "msgs"}
@@ -171,9 +164,7 @@ def format_results(facts: dict[str, Any], results: list[CaseResult]) -> str:
     lines.append("")
     for n in sorted(raw):
         if raw[n] and n in v1:
-            lines.append(
-                f"ratio at {n} conn: v1 runs/s / (raw msgs/s / 2) = {v1[n] / (raw[n] / 2):.2f}"
-            )
+            lines.append(f"ratio at {n} conn: v1 runs/s / (raw msgs/s / 2) = {v1[n] / (raw[n] / 2):.2f}")
     return "\n".join(lines)
 
 

@@ -182,9 +182,7 @@ def create_database(server: Server, name: str, *, template: str | None = None) -
 def drop_database(server: Server, name: str) -> None:
     """Drop database `name`, disconnecting whoever is still in it."""
     with server.admin() as conn:
-        conn.execute(
-            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
-        )
+        conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
 
 
 def scratch_name(prefix: str = "evidence") -> str:

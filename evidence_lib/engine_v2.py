@@ -72,9 +72,7 @@ def start_run(conn: Conn, flow_slug: str, input: Json) -> UUID:
     return UUID(str(row[0]))
 
 
-def claim(
-    conn: Conn, run_id: UUID, step_slug: str, queue_name: str, message_id: int
-) -> Grant | None:
+def claim(conn: Conn, run_id: UUID, step_slug: str, queue_name: str, message_id: int) -> Grant | None:
     """Claim one delivery; None when the task is not claimable now (or another session won)."""
     with conn.cursor(row_factory=class_row(Grant)) as cur:
         rows = cur.execute(
@@ -112,17 +110,13 @@ def settle(conn: Conn, claim_id: UUID, outcome: Outcome, result: Json) -> Receip
 
 def reconcile(conn: Conn, run_id: UUID, max_actions: int = 8) -> Report:
     with conn.cursor(row_factory=class_row(Report)) as cur:
-        row = cur.execute(
-            "select * from engine.v2_reconcile(%s, %s)", (run_id, max_actions)
-        ).fetchone()
+        row = cur.execute("select * from engine.v2_reconcile(%s, %s)", (run_id, max_actions)).fetchone()
     assert row is not None
     return row
 
 
 def work_row(conn: Conn, run_id: UUID) -> dict[str, Any]:
-    row = conn.execute(
-        "select to_jsonb(w) from engine.run_work w where run_id = %s", (run_id,)
-    ).fetchone()
+    row = conn.execute("select to_jsonb(w) from engine.run_work w where run_id = %s", (run_id,)).fetchone()
     if row is None:
         raise KeyError(f"no work row for run {run_id}")
     value: dict[str, Any] = row[0]

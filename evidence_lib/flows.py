@@ -84,9 +84,7 @@ class Flow(Generic[S]):
                 f"flow {self.slug}, step {slug}: unknown dependencies {unknown} "
                 "(define a step before the steps that depend on it)"
             )
-        self.steps.append(
-            StepDef(slug, handler, tuple(deps), max_attempts, base_delay, timeout, start_delay)
-        )
+        self.steps.append(StepDef(slug, handler, tuple(deps), max_attempts, base_delay, timeout, start_delay))
         return self
 
     def step(
@@ -197,8 +195,7 @@ def desired_shape(flow: AnyFlow) -> Shape:
 def stored_shape(conn: Conn, flow_slug: str) -> Shape | None:
     """The shape stored for `flow_slug`, or None when the flow does not exist."""
     row = conn.execute(
-        "select max_attempts, base_delay, timeout, queue_mode from engine.flows "
-        "where flow_slug = %s",
+        "select max_attempts, base_delay, timeout, queue_mode from engine.flows where flow_slug = %s",
         (flow_slug,),
     ).fetchone()
     if row is None:

@@ -58,9 +58,7 @@ select l.pid, l.locktype, l.mode, l.relation::regclass::text, l.classid::int, l.
 def waits(controller: Conn, pid: int) -> list[LockWait]:
     """The locks `pid` is waiting for right now (empty: it is not blocked)."""
     rows = controller.execute(WAITS_QUERY, (pid,)).fetchall()
-    return [
-        LockWait(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], tuple(r[8] or ())) for r in rows
-    ]
+    return [LockWait(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], tuple(r[8] or ())) for r in rows]
 
 
 def wait_until_blocked(

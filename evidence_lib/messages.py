@@ -40,11 +40,7 @@ def parse_task_message(body: Json) -> TaskMessage:
     )
     if protocol not in ("v1", "v2"):
         raise UnsupportedMessage(f"unknown protocol {protocol!r}")
-    if (
-        not isinstance(step_slug, str)
-        or not isinstance(task_index, int)
-        or isinstance(task_index, bool)
-    ):
+    if not isinstance(step_slug, str) or not isinstance(task_index, int) or isinstance(task_index, bool):
         raise UnsupportedMessage("step_slug or task_index has the wrong type")
     try:
         run = UUID(str(run_id))

@@ -85,9 +85,7 @@ def run_pgtap(server: Server, files: list[Path] | None = None) -> PgTapResult:
                 ):
                     if params.get(key):
                         env[var] = str(params[key])
-                proc = subprocess.run(
-                    [pg_prove, "--psql-bin", psql, "-f", str(f)], env=env, check=False
-                )
+                proc = subprocess.run([pg_prove, "--psql-bin", psql, "-f", str(f)], env=env, check=False)
                 ok = ok and proc.returncode == 0
         return PgTapResult(True, ok, names)
     finally:

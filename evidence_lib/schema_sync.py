@@ -110,10 +110,7 @@ class SyncResult:
 
     def summary(self) -> str:
         if self.in_sync:
-            return (
-                "schema in sync: migrations/ and sql/ give the same engine catalog "
-                f"({self.objects} lines)"
-            )
+            return f"schema in sync: migrations/ and sql/ give the same engine catalog ({self.objects} lines)"
         return "schema OUT OF SYNC: migrations/ and sql/ differ\n" + self.diff
 
 

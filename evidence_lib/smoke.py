@@ -98,7 +98,5 @@ def main(args: argparse.Namespace) -> int:
     ok = all(sidecar["gates"].values())
     tree = ", dirty tree" if dirty else ""
     print(f"smoke gate: {'PASS' if ok else 'FAIL'}  (revision {rev[:12]}{tree})")
-    print(
-        "note: the full evidence suite (scenarios 1-7) is not built yet; this run is a smoke test."
-    )
+    print("note: the full evidence suite (scenarios 1-7) is not built yet; this run is a smoke test.")
     return 0 if ok else 1

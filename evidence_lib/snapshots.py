@@ -81,9 +81,7 @@ class Refusal:
         return sum(len(d.added) + len(d.removed) for d in self.changed.values())
 
 
-def attempt(
-    conn: Conn, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None
-) -> Refusal:
+def attempt(conn: Conn, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Refusal:
     """Run `query` in its own transaction; record its error and the zero-row diff across it."""
     before = snapshot(conn)
     sqlstate: str | None = None

@@ -78,9 +78,7 @@ def _pools(url: str, flow: AnyFlow, mode: str, workers: int) -> list[Worker]:
     ]
 
 
-def run_mode(
-    server: Server, mode: str, *, backlog: int, workers: int, a_seconds: float
-) -> StarvationResult:
+def run_mode(server: Server, mode: str, *, backlog: int, workers: int, a_seconds: float) -> StarvationResult:
     base = _flow(a_seconds)
     flow: AnyFlow = with_step_queues(base) if mode == "step" else base
     with db.scratch_database(server, prefix="starve") as url:
@@ -99,9 +97,7 @@ def run_mode(
             for t in threads:
                 t.start()
             while True:
-                row = conn.execute(
-                    "select count(*) from engine.runs where status <> 'completed'"
-                ).fetchone()
+                row = conn.execute("select count(*) from engine.runs where status <> 'completed'").fetchone()
                 if row is not None and row[0] == 0:
                     break
                 time.sleep(PROGRESS_POLL)

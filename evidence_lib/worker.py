@@ -131,9 +131,7 @@ class Worker:
         futures: list[Future[None]] = []
         try:
             with self._pool.connection() as conn:
-                messages = engine.read_messages(
-                    conn, self.queue, self.config.visibility_timeout, free
-                )
+                messages = engine.read_messages(conn, self.queue, self.config.visibility_timeout, free)
                 ids = self._ours(messages)
                 grants = engine.start_tasks(conn, self.queue, ids) if ids else []
         except psycopg.OperationalError as exc:
@@ -188,9 +186,7 @@ class Worker:
             try:
                 task = parse_task_message(m.message)
                 if task.protocol != "v1":
-                    raise UnsupportedMessage(
-                        f"protocol {task.protocol} is not served by a v1 worker"
-                    )
+                    raise UnsupportedMessage(f"protocol {task.protocol} is not served by a v1 worker")
                 if self.step is not None and task.step_slug != self.step:
                     raise UnsupportedMessage(
                         f"message is for step {task.step_slug}, this worker serves {self.step}"
@@ -227,9 +223,7 @@ class Worker:
     def _step_def(self, slug: str) -> StepDef:
         return self.flow.step_def(slug)
 
-    def _report(
-        self, grant: engine.TaskGrant, *, output: Json = None, error: str | None = None
-    ) -> None:
+    def _report(self, grant: engine.TaskGrant, *, output: Json = None, error: str | None = None) -> None:
         """Report once per attempt; transport errors retry the same report on a new connection."""
         what = "failure" if error is not None else "result"
         for attempt in range(1, self.config.report_attempts + 1):
@@ -247,30 +241,24 @@ class Worker:
             try:
                 with pool.connection() as conn:
                     if error is not None:
-                        engine.fail_task(
-                            conn, grant.run_id, grant.step_slug, grant.task_index, error
-                        )
+                        engine.fail_task(conn, grant.run_id, grant.step_slug, grant.task_index, error)
                         self.stats.failed += 1
                     else:
-                        engine.complete_task(
-                            conn, grant.run_id, grant.step_slug, grant.task_index, output
-                        )
+                        engine.complete_task(conn, grant.run_id, grant.step_slug, grant.task_index, output)
                         self.stats.completed += 1
                 return
             except psycopg.OperationalError as exc:
                 self.stats.transport_errors += 1
                 self._error(
                     TransportError(
-                        f"reporting the {what} of {grant.run_id}/{grant.step_slug} "
-                        f"(attempt {attempt}): {exc}"
+                        f"reporting the {what} of {grant.run_id}/{grant.step_slug} (attempt {attempt}): {exc}"
                     )
                 )
             except psycopg.Error as exc:
                 self.stats.reports_rejected += 1
                 self._error(
                     ReportRejected(
-                        f"the {what} of {grant.run_id}/{grant.step_slug} was refused: "
-                        f"[{exc.sqlstate}] {exc}"
+                        f"the {what} of {grant.run_id}/{grant.step_slug} was refused: [{exc.sqlstate}] {exc}"
                     )
                 )
                 return

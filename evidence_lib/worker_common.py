@@ -67,13 +67,10 @@ def resolve_queue(flow: AnyFlow, step: str | None) -> tuple[str, str | None]:
     if isinstance(flow, StepQueuedFlow):
         if step is None:
             raise StepSelectorError(
-                f"flow {flow.slug} uses private step queues: name one of its steps "
-                f"{flow.step_slugs}"
+                f"flow {flow.slug} uses private step queues: name one of its steps {flow.step_slugs}"
             )
         if step not in flow.step_slugs:
-            raise StepSelectorError(
-                f"flow {flow.slug} has no step {step!r}; its steps are {flow.step_slugs}"
-            )
+            raise StepSelectorError(f"flow {flow.slug} has no step {step!r}; its steps are {flow.step_slugs}")
         return route(flow, step), step
     if step is not None:
         raise StepSelectorError(

@@ -1,0 +1,1 @@
+"""Evidence scenarios: the code the notebooks and the tests both call."""
