@@ -1,6 +1,9 @@
 -- _v2_next_action: the next immediate orchestration action of a v2 run, derived from
 -- authoritative rows only (step states, tasks, the run), never from replayed counters:
---   'dispatch'  A is completed and B has no task yet: create and queue B;
+--   'create_b'  A is completed and B's step state is still created: start B's step state and
+--               create B's task (queued, its message not sent yet);
+--   'send_b'    B's task exists without a message: send B's message to B's stored route with
+--               B's start_delay and snapshot the pair;
 --   'complete'  B is completed and the run is still started: complete the run;
 --   null        nothing to do now (A or B still working, or the run is terminal).
 -- Reads only; the caller holds the run, work and step state locks.
@@ -11,7 +14,11 @@ set search_path = ''
 as $$
   select case
     when r.status <> 'started' then null
-    when b.status = 'created' and a.status = 'completed' then 'dispatch'
+    when b.status = 'created' and a.status = 'completed' then 'create_b'
+    when b.status = 'started' and exists (
+      select from engine.step_tasks as t
+       where t.run_id = r.run_id and t.step_slug = b.step_slug and t.message_id is null
+    ) then 'send_b'
     when b.status = 'completed' then 'complete'
   end
   from engine.runs as r

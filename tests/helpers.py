@@ -22,24 +22,18 @@ def assert_refused(conn: Conn, query: str, params: Any, sqlstate: str, *names: s
 def define(conn: Conn, flow: str, steps: list[tuple[str, list[str]]], **options: Any) -> None:
     """create_flow + add_step for each (slug, deps)."""
     args = ", ".join(f"{k} => %({k})s" for k in options)
-    conn.execute(
-        f"select engine.create_flow(%(f)s{', ' + args if args else ''})", {"f": flow, **options}
-    )
+    conn.execute(f"select engine.create_flow(%(f)s{', ' + args if args else ''})", {"f": flow, **options})
     for slug, deps in steps:
         conn.execute("select engine.add_step(%s, %s, %s)", (flow, slug, deps))
 
 
 def queue_messages(conn: Conn, queue: str) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        f"select to_jsonb(q) from pgmq.q_{queue.lower()} q order by msg_id"
-    ).fetchall()
+    rows = conn.execute(f"select to_jsonb(q) from pgmq.q_{queue.lower()} q order by msg_id").fetchall()
     return [r[0] for r in rows]
 
 
 def archived_messages(conn: Conn, queue: str) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        f"select to_jsonb(a) from pgmq.a_{queue.lower()} a order by msg_id"
-    ).fetchall()
+    rows = conn.execute(f"select to_jsonb(a) from pgmq.a_{queue.lower()} a order by msg_id").fetchall()
     return [r[0] for r in rows]
 
 
@@ -64,9 +58,7 @@ def step_state(conn: Conn, run_id: UUID, step: str) -> dict[str, Any]:
 
 
 def run(conn: Conn, run_id: UUID) -> dict[str, Any]:
-    row = conn.execute(
-        "select to_jsonb(r) from engine.runs r where run_id = %s", (run_id,)
-    ).fetchone()
+    row = conn.execute("select to_jsonb(r) from engine.runs r where run_id = %s", (run_id,)).fetchone()
     assert row is not None
     value: dict[str, Any] = row[0]
     return value

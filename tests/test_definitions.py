@@ -46,9 +46,7 @@ def test_same_flow_again_is_a_no_op_and_different_options_are_refused(conn: Conn
     first = scalar(conn, "select to_jsonb(engine.create_flow('orders', timeout => 30))")
     again = scalar(conn, "select to_jsonb(engine.create_flow('orders', timeout => 30))")
     assert first == again
-    assert_refused(
-        conn, "select engine.create_flow('orders', timeout => 31)", None, "DR016", "orders"
-    )
+    assert_refused(conn, "select engine.create_flow('orders', timeout => 31)", None, "DR016", "orders")
 
 
 def test_add_step_to_unknown_flow(conn: Conn) -> None:
@@ -78,9 +76,7 @@ def test_add_step_validation(
 )
 def test_add_step_rejects_negative_options(conn: Conn, option: str) -> None:
     define(conn, "orders", [])
-    assert_refused(
-        conn, f"select engine.add_step('orders', 'a', {option})", None, "DR001", "orders"
-    )
+    assert_refused(conn, f"select engine.add_step('orders', 'a', {option})", None, "DR001", "orders")
 
 
 def test_step_index_follows_add_order_and_redefinition_is_idempotent(conn: Conn) -> None:
@@ -91,9 +87,7 @@ def test_step_index_follows_add_order_and_redefinition_is_idempotent(conn: Conn)
     assert rows == [("z", 0, 0), ("a", 1, 1), ("m", 2, 2)]
     conn.execute("select engine.add_step('orders', 'm', array['a', 'z'])")  # same set, other order
     assert_refused(conn, "select engine.add_step('orders', 'm', array['z'])", None, "DR016", "m")
-    assert_refused(
-        conn, "select engine.add_step('orders', 'm', array['z','a'], timeout => 5)", None, "DR016"
-    )
+    assert_refused(conn, "select engine.add_step('orders', 'm', array['z','a'], timeout => 5)", None, "DR016")
 
 
 def test_delete_flow_removes_runs_tasks_and_queue(conn: Conn) -> None:

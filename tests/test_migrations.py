@@ -18,9 +18,7 @@ def test_applies_in_order_records_sha256_and_pgmq_version(server: Server) -> Non
         applied = migrate.apply_migrations(url)
         assert applied == [f.name for f in migrate.sql_files(MIGRATIONS_DIR)]
         with connect(url) as c:
-            rows = c.execute(
-                "select file_name, sha256 from engine.schema_migrations order by 1"
-            ).fetchall()
+            rows = c.execute("select file_name, sha256 from engine.schema_migrations order by 1").fetchall()
             assert rows == [(f.name, f.sha256) for f in migrate.sql_files(MIGRATIONS_DIR)]
             assert "PGMQ SQL 1." in scalar(c, "select obj_description('pgmq'::regnamespace)")
         assert migrate.apply_migrations(url) == []  # nothing pending: a no-op
@@ -54,16 +52,11 @@ def test_a_failing_migration_rolls_back_entirely(server: Server, tmp_path: Path)
         with connect(url) as c:
             assert scalar(c, "select to_regclass('engine.half_done')") is None
             assert (
-                scalar(
-                    c, "select count(*) from engine.schema_migrations where file_name like '9998%'"
-                )
-                == 0
+                scalar(c, "select count(*) from engine.schema_migrations where file_name like '9998%'") == 0
             )
 
 
-def test_a_migration_waits_for_locks_only_up_to_its_lock_timeout(
-    server: Server, tmp_path: Path
-) -> None:
+def test_a_migration_waits_for_locks_only_up_to_its_lock_timeout(server: Server, tmp_path: Path) -> None:
     folder = _copy(tmp_path)
     with db.scratch_database(server) as url:
         migrate.apply_migrations(url, folder)
@@ -88,8 +81,7 @@ def test_a_migration_waits_for_locks_only_up_to_its_lock_timeout(
             assert (
                 scalar(
                     c,
-                    "select count(*) from engine.schema_migrations "
-                    "where file_name = '9999_alter.sql'",
+                    "select count(*) from engine.schema_migrations where file_name = '9999_alter.sql'",
                 )
                 == 0
             )

@@ -37,21 +37,14 @@ def worker_login(conn: Conn) -> Iterator[str]:
     conn.execute(f"drop role {name}")
 
 
-def test_a_worker_login_can_claim_but_not_operate(
-    conn: Conn, db_url: str, worker_login: str
-) -> None:
+def test_a_worker_login_can_claim_but_not_operate(conn: Conn, db_url: str, worker_login: str) -> None:
     define(conn, "shop", [("a", [])])
     conn.execute("select engine.start_flow('shop', '{}')")
     conn.execute("select pgmq.create('foreign_app')")
     with connect(db_url) as w:
         w.execute(f"set role {worker_login}")
-        [msg_id] = [
-            r[0] for r in w.execute("select msg_id from pgmq.read('shop', 30, 1)").fetchall()
-        ]
-        assert (
-            len(w.execute("select * from engine.start_tasks('shop', %s)", ([msg_id],)).fetchall())
-            == 1
-        )
+        [msg_id] = [r[0] for r in w.execute("select msg_id from pgmq.read('shop', 30, 1)").fetchall()]
+        assert len(w.execute("select * from engine.start_tasks('shop', %s)", ([msg_id],)).fetchall()) == 1
         for forbidden in (
             "select engine.start_flow('shop', '{}')",
             "select engine.create_flow('other')",

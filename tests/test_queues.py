@@ -39,18 +39,17 @@ def test_private_queue_names_match_the_sql_algorithm(
     conn: Conn, flow: str, step: str, index: int, expected: str
 ) -> None:
     assert step_queue_name(flow, step, index) == expected
-    assert (
-        scalar(conn, "select engine._step_queue_name(%s, %s, %s)", (flow, step, index)) == expected
-    )
+    assert scalar(conn, "select engine._step_queue_name(%s, %s, %s)", (flow, step, index)) == expected
     assert len(expected) <= 47
     conn.execute("select pgmq.validate_queue_name(%s)", (expected,))
 
 
 def test_plain_flow_persists_routes_and_task_snapshots(conn: Conn) -> None:
     define(conn, "OrderFlow", [("Charge", []), ("Ship", ["Charge"])])
-    assert conn.execute(
-        "select step_slug, queue_name from engine.steps order by step_index"
-    ).fetchall() == [("Charge", "orderflow"), ("Ship", "orderflow")]
+    assert conn.execute("select step_slug, queue_name from engine.steps order by step_index").fetchall() == [
+        ("Charge", "orderflow"),
+        ("Ship", "orderflow"),
+    ]
     assert scalar(conn, "select flow_slug from engine.flows") == "OrderFlow"
     run_id = engine.start_flow(conn, "OrderFlow", {})
     t = task(conn, run_id, "Charge")
@@ -62,17 +61,13 @@ def test_step_queued_flow_creates_one_queue_per_step(conn: Conn) -> None:
     conn.execute("select engine.create_flow('Shop', queue_mode => 'step')")
     conn.execute("select engine.add_step('Shop', 'Fetch')")
     conn.execute("select engine.add_step('Shop', 'Rank', array['Fetch'])")
-    routes = conn.execute(
-        "select step_slug, queue_name from engine.steps order by step_index"
-    ).fetchall()
+    routes = conn.execute("select step_slug, queue_name from engine.steps order by step_index").fetchall()
     assert routes == [("Fetch", "shop__fetch"), ("Rank", "shop__rank")]
     queues = {r[0] for r in conn.execute("select queue_name from pgmq.list_queues()").fetchall()}
     assert queues == {"shop__fetch", "shop__rank"}  # the default name is reserved, not created
     run_id = engine.start_flow(conn, "Shop", {"q": 1})
     assert task(conn, run_id, "Fetch")["queue_name"] == "shop__fetch"
-    assert (
-        len(queue_messages(conn, "shop__fetch")) == 1 and queue_messages(conn, "shop__rank") == []
-    )
+    assert len(queue_messages(conn, "shop__fetch")) == 1 and queue_messages(conn, "shop__rank") == []
 
 
 def test_default_queue_name_collisions_are_refused(conn: Conn) -> None:
@@ -80,18 +75,14 @@ def test_default_queue_name_collisions_are_refused(conn: Conn) -> None:
     assert_refused(conn, "select engine.create_flow('Foo')", None, "DR012", "foo", "Foo")
     assert_refused(conn, "select engine.create_flow('FOO', queue_mode => 'step')", None, "DR012")
     conn.execute("select pgmq.create('someone_elses')")
-    assert_refused(
-        conn, "select engine.create_flow('Someone_Elses')", None, "DR012", "someone_elses"
-    )
+    assert_refused(conn, "select engine.create_flow('Someone_Elses')", None, "DR012", "someone_elses")
 
 
 def test_private_queue_collisions_are_refused_and_write_nothing(conn: Conn) -> None:
     conn.execute("select pgmq.create('shop__b')")  # held by another application
     conn.execute("select engine.create_flow('shop', queue_mode => 'step')")
     conn.execute("select engine.add_step('shop', 'a')")
-    assert_refused(
-        conn, "select engine.add_step('shop', 'b', array['a'])", None, "DR012", "shop__b", "shop"
-    )
+    assert_refused(conn, "select engine.add_step('shop', 'b', array['a'])", None, "DR012", "shop__b", "shop")
     # a plain flow whose default name equals an existing private route
     assert_refused(conn, "select engine.create_flow('shop__a')", None, "DR012", "shop__a", "shop")
 
@@ -153,9 +144,9 @@ def test_message_ids_beyond_2_pow_53_stay_exact(conn: Conn, db_url: str) -> None
             pass
     assert run(conn, run_id)["status"] == "completed"
     assert [m["msg_id"] for m in archived_messages(conn, "bigids")] == [big, big + 1]
-    assert scalar(
-        conn, "select message_id::text from engine.step_tasks where step_slug = 'b'"
-    ) == str(big + 1)
+    assert scalar(conn, "select message_id::text from engine.step_tasks where step_slug = 'b'") == str(
+        big + 1
+    )
 
 
 def test_step_workers_read_only_their_own_queue(conn: Conn, db_url: str, caplog: Any) -> None:

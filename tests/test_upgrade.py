@@ -44,9 +44,10 @@ def test_populated_baseline_upgrades_and_in_flight_runs_finish(server: Server) -
         assert applied[0] == "0002_queue_identity.sql" and "0003_step_queues.sql" in applied
 
         with connect(url) as c:
-            assert c.execute(
-                "select step_slug, queue_name from engine.steps order by 1"
-            ).fetchall() == [("a", "shop"), ("b", "shop")]
+            assert c.execute("select step_slug, queue_name from engine.steps order by 1").fetchall() == [
+                ("a", "shop"),
+                ("b", "shop"),
+            ]
             assert scalar(c, "select queue_mode from engine.flows") == "flow"
             for r, mid in before.items():
                 assert (task(c, r, "a")["queue_name"], task(c, r, "a")["message_id"]) == (
@@ -81,9 +82,7 @@ def test_a_new_constraint_violation_rolls_the_whole_migration_back(server: Serve
         assert "0002_queue_identity.sql" in message and "DR012" in message
         assert "foo (flows Foo, foo)" in message and "bar (flows BAR, Bar)" in message
         with connect(url) as c:
-            assert scalar(c, "select array_agg(file_name) from engine.schema_migrations") == [
-                BASELINE
-            ]
+            assert scalar(c, "select array_agg(file_name) from engine.schema_migrations") == [BASELINE]
             assert (
                 scalar(
                     c,

@@ -133,9 +133,7 @@ def test_complete_task_cascades_and_archives(conn: Conn) -> None:
 def test_complete_task_refusals_and_late_reports(conn: Conn) -> None:
     define(conn, "shop", [("a", [])])
     run_id = engine.start_flow(conn, "shop", {})
-    assert_refused(
-        conn, "select engine.complete_task(gen_random_uuid(), 'a', 0, '1')", None, "DR014"
-    )
+    assert_refused(conn, "select engine.complete_task(gen_random_uuid(), 'a', 0, '1')", None, "DR014")
     assert_refused(conn, "select engine.complete_task(%s, 'zz', 0, '1')", (run_id,), "DR014", "zz")
     assert_refused(conn, "select engine.complete_task(%s, 'a', 0, null)", (run_id,), "DR009")
     # a task that is not started is returned unchanged
@@ -184,9 +182,7 @@ def test_failed_run_terminalizes_unfinished_sibling_tasks(conn: Conn) -> None:
     )
     assert steps == {"a": "failed", "b": "cancelled", "c": "cancelled", "d": "cancelled"}
     assert queue_messages(conn, "shop") == [] and len(archived_messages(conn, "shop")) == 3
-    assert (
-        engine.complete_task(conn, run_id, "b", 0, 1) == "cancelled"
-    )  # a late report changes nothing
+    assert engine.complete_task(conn, run_id, "b", 0, 1) == "cancelled"  # a late report changes nothing
 
 
 def test_start_delay_delays_the_first_message(conn: Conn) -> None:
@@ -205,8 +201,7 @@ def test_start_delay_delays_the_first_message(conn: Conn) -> None:
 
 def _backdate(conn: Conn, run_id: UUID, seconds: int) -> None:
     conn.execute(
-        "update engine.step_tasks set started_at = started_at - make_interval(secs => %s) "
-        "where run_id = %s",
+        "update engine.step_tasks set started_at = started_at - make_interval(secs => %s) where run_id = %s",
         (seconds, run_id),
     )
 
@@ -222,9 +217,7 @@ def test_requeue_stalled_tasks_uses_the_effective_step_timeout(conn: Conn) -> No
     assert task(conn, run_id, "slow")["status"] == "queued"
     assert task(conn, run_id, "fast")["status"] == "started"
     slow_msg = task(conn, run_id, "slow")["message_id"]
-    assert scalar(
-        conn, "select vt <= clock_timestamp() from pgmq.q_shop where msg_id = %s", (slow_msg,)
-    )
+    assert scalar(conn, "select vt <= clock_timestamp() from pgmq.q_shop where msg_id = %s", (slow_msg,))
     assert engine.requeue_stalled_tasks(conn) == 0
 
 

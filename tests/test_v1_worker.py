@@ -79,9 +79,7 @@ def test_non_json_result_is_a_handler_failure(conn: Conn, db_url: str) -> None:
     assert "not JSON" in task(conn, run_id, "a")["error_message"]
 
 
-def test_transport_error_while_reporting_success_is_not_a_task_failure(
-    conn: Conn, db_url: str
-) -> None:
+def test_transport_error_while_reporting_success_is_not_a_task_failure(conn: Conn, db_url: str) -> None:
     """Defect: a broken connection while reporting success was reported as a handler failure."""
 
     def kill_my_connections(_: Json) -> Json:

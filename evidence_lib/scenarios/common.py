@@ -80,3 +80,21 @@ def rows(conn: Conn, query: str, params: Any = None) -> list[dict[str, Any]]:
 def one(conn: Conn, query: str, params: Any = None) -> Any:
     row = conn.execute(query, params).fetchone()
     return None if row is None else row[0]
+
+
+def wait_for_backoff(conn: Conn, run_id: UUID, timeout: float = 90.0) -> None:
+    """Return once the server clock is past the run's next_attempt_at (a backoff must really
+    pass before the next attempt counts; this wait lets it, it orders nothing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = one(
+            conn,
+            "select extract(epoch from next_attempt_at - clock_timestamp())::float8 "
+            "from engine.run_work where run_id = %s",
+            (run_id,),
+        )
+        if left is None or left < 0:
+            return
+        if time.monotonic() > deadline:
+            raise EvidenceError(f"backoff of run {run_id} did not pass within {timeout}s")
+        time.sleep(min(float(left) + 0.01, 1.0))  # lets the backoff pass

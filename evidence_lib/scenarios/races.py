@@ -293,9 +293,9 @@ def _b_created_once(ctx: RaceContext) -> Result:
         "where message->>'run_id' = %s and message->>'step_slug' = 'B'",
         str(ctx.data["run"]),
     )
-    actions = sum(getattr(ctx.results.get(n), "actions", 0) for n in ("r1_reconcile", "r2_reconcile"))
+    actions = sorted(getattr(ctx.results.get(n), "actions", -1) for n in ("r1_reconcile", "r2_reconcile"))
     return (
-        tasks == 1 and messages == 1 and actions == 1,
+        tasks == 1 and messages == 1 and actions == [0, 2],
         f"B tasks {tasks}, B messages {messages}, actions reported {actions}",
     )
 

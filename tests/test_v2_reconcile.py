@@ -1,0 +1,162 @@
+"""v2_reconcile: refusals, chunking, rollback of a failing action, restart after committed
+progress, re-dirtying, and a real poison isolated to its run."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from evidence_lib import engine_v2 as v2
+from evidence_lib.db import Conn, connect
+from evidence_lib.harness import Controller, Session
+from evidence_lib.scenarios.common import read_step_message, rows, wait_for_backoff
+from evidence_lib.snapshots import diff, snapshot
+from tests.helpers import assert_refused, queue_messages, scalar
+from tests.v2_helpers import claim_a, start, through_b_claim
+
+RECONCILE = "select * from engine.v2_reconcile(%s, %s)"
+
+
+def _settled_a(conn: Conn, mode: str = "flow", slug: str = "ab") -> v2.Grant:
+    s = start(conn, mode, slug)  # type: ignore[arg-type]
+    grant = claim_a(conn, s)
+    v2.settle(conn, grant.claim_id, "completed", {"a": 1})
+    return grant
+
+
+def test_refusals(conn: Conn) -> None:
+    s = start(conn)
+    for bad in (0, 65, None):
+        assert_refused(conn, RECONCILE, (s.run_id, bad), "DR008", str(s.run_id))
+    assert_refused(conn, RECONCILE, ("00000000-0000-0000-0000-000000000000", 8), "DR014")
+    v1_run = scalar(conn, "select engine.start_flow('ab', '{}')")
+    assert_refused(conn, RECONCILE, (v1_run, 8), "DR015", str(v1_run))
+
+
+def test_a_call_with_nothing_to_do_writes_nothing(conn: Conn) -> None:
+    s = start(conn)
+    before = snapshot(conn)
+    report = v2.reconcile(conn, s.run_id)
+    assert (report.actions, report.processed, report.health) == (0, True, "clean")
+    assert diff(before, snapshot(conn)) == {}
+
+
+def test_chunking_marks_nothing_processed_until_no_action_remains(conn: Conn) -> None:
+    grant = _settled_a(conn)
+    first = v2.reconcile(conn, grant.run_id, max_actions=1)
+    assert (first.actions, first.processed, first.generation) == (1, False, 1)
+    assert rows(
+        conn, "select step_slug, status, message_id from engine.step_tasks where step_slug = 'B'"
+    ) == [{"step_slug": "B", "status": "queued", "message_id": None}]
+    assert v2.work_row(conn, grant.run_id)["processed_generation"] == 0
+    second = v2.reconcile(conn, grant.run_id, max_actions=1)
+    assert (second.actions, second.processed) == (1, True)
+    assert len(queue_messages(conn, "ab")) == 1
+
+
+def test_a_failing_action_rolls_back_entirely_and_backs_off(conn: Conn) -> None:
+    grant = _settled_a(conn)
+    conn.execute("set engine.hooks = 'reconcile.action:fail'")
+    report = v2.reconcile(conn, grant.run_id)
+    conn.execute("reset engine.hooks")
+    assert (report.actions, report.processed, report.health) == (0, False, "backoff")
+    assert scalar(conn, "select status from engine.step_states where step_slug = 'B'") == "created"
+    assert scalar(conn, "select count(*) from engine.step_tasks where step_slug = 'B'") == 0
+    [error] = rows(conn, "select * from engine.engine_errors")
+    assert (error["sqlstate"], error["action"], error["generation"]) == ("DR900", "create_b", 1)
+    work = v2.work_row(conn, grant.run_id)
+    assert work["consecutive_errors"] == 1
+    assert scalar(
+        conn,
+        "select next_attempt_at = occurred_at + interval '1 second' "
+        "from engine.run_work, engine.engine_errors",
+    )
+    before = snapshot(conn)
+    assert v2.reconcile(conn, grant.run_id).actions == 0  # in backoff: skipped, nothing written
+    assert diff(before, snapshot(conn)) == {}
+
+
+def test_restart_after_committed_progress_creates_b_once(conn: Conn, db_url: str) -> None:
+    grant = _settled_a(conn, "step")
+    assert v2.reconcile(conn, grant.run_id, max_actions=1).actions == 1  # B's task: committed
+    controller = Controller(db_url)
+    victim = Session(db_url, "reconciler", hooks=["reconcile.action"])
+    try:
+        controller.hold("reconcile.action")
+        future = victim.send(lambda c: v2.reconcile(c, grant.run_id))
+        proof = controller.settle(victim, future)
+        assert proof and proof[0].locktype == "advisory"  # parked after sending B's message
+        controller.terminate(victim)  # the reconciler dies mid-action
+        with pytest.raises(psycopg.OperationalError):  # the connection was killed
+            future.result(timeout=10)
+    finally:
+        controller.close()
+        victim.close()
+    assert queue_messages(conn, "ab__b") == []  # the killed call's send rolled back
+    assert v2.reconcile(conn, grant.run_id).actions == 1
+    assert scalar(conn, "select count(*) from engine.step_tasks where step_slug = 'B'") == 1
+    assert len(queue_messages(conn, "ab__b")) == 1
+
+
+def test_a_settlement_after_processing_redirties_the_run(conn: Conn) -> None:
+    s = start(conn)
+    b = through_b_claim(conn, s)
+    assert v2.work_row(conn, s.run_id)["processed_generation"] == 1
+    v2.settle(conn, b.claim_id, "completed", "b")
+    work = v2.work_row(conn, s.run_id)
+    assert (work["requested_generation"], work["processed_generation"]) == (2, 1)
+    report = v2.reconcile(conn, s.run_id)
+    assert (report.actions, report.processed, report.run_status) == (1, True, "completed")
+    assert scalar(conn, "select output from engine.runs") == "b"
+
+
+def test_a_real_poison_is_isolated_to_its_run(conn: Conn, db_url: str) -> None:
+    poisoned = _settled_a(conn, "step", "poison")
+    s2 = start(conn, "step", "poison")  # another run of the same flow, with a current claim
+    other_claim = v2.claim(conn, s2.run_id, "A", s2.queue_a, s2.msg_a)
+    assert other_claim is not None
+    healthy = start(conn, "step", "healthy")  # a run of another flow
+    conn.execute("select pgmq.drop_queue('poison__b')")  # behind the engine's back
+    queues_before = {q: queue_messages(conn, q) for q in ("poison__a", "healthy__a")}
+
+    for expected_errors, expected_health in ((1, "backoff"), (2, "backoff"), (3, "attention")):
+        report = v2.reconcile(conn, poisoned.run_id)
+        work = v2.work_row(conn, poisoned.run_id)
+        assert (report.health, work["consecutive_errors"]) == (expected_health, expected_errors)
+        if expected_health == "backoff":
+            before = snapshot(conn)
+            assert v2.reconcile(conn, poisoned.run_id).actions == 0  # before next_attempt_at
+            assert diff(before, snapshot(conn)) == {}
+            wait_for_backoff(conn, poisoned.run_id)
+    errors = rows(conn, "select sqlstate, action, message from engine.engine_errors order by error_id")
+    assert [e["sqlstate"] for e in errors] == ["42P01"] * 3 and {e["action"] for e in errors} == {"send_b"}
+    assert (
+        scalar(
+            conn,
+            "select extract(epoch from next_attempt_at - occurred_at) from engine.run_work "
+            "join engine.engine_errors using (run_id) order by error_id desc limit 1",
+        )
+        == 4
+    )
+    work = v2.work_row(conn, poisoned.run_id)
+    assert work["health"] == "attention" and "3 consecutive engine errors" in work["attention_reason"]
+    before = snapshot(conn)
+    assert v2.reconcile(conn, poisoned.run_id).actions == 0  # attention: skipped
+    assert diff(before, snapshot(conn)) == {}
+    # messages intact, the other run's current claim still settles, the other flow completes
+    assert {q: queue_messages(conn, q) for q in ("poison__a", "healthy__a")} == queues_before
+    assert v2.settle(conn, other_claim.claim_id, "completed", 1).verdict == "accepted"
+    with connect(db_url) as other:
+        grant = claim_a(other, healthy)
+        v2.settle(other, grant.claim_id, "completed", 1)
+        v2.reconcile(other, healthy.run_id)
+        b = v2.claim(
+            other,
+            healthy.run_id,
+            "B",
+            healthy.queue_b,
+            read_step_message(other, healthy.flow, "B", healthy.run_id),
+        )
+        assert b is not None
+        v2.settle(other, b.claim_id, "completed", 2)
+        assert v2.reconcile(other, healthy.run_id).run_status == "completed"
