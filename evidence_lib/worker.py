@@ -9,30 +9,24 @@ failure. Messages that are not ours are left intact with a warning naming queue 
 from __future__ import annotations
 
 import logging
-import signal
-import threading
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
 from evidence_lib import engine
-from evidence_lib.flows import AnyFlow, StepDef
+from evidence_lib.flows import AnyFlow
 from evidence_lib.jsontypes import Json
 from evidence_lib.messages import UnsupportedMessage, parse_task_message
+from evidence_lib.worker_base import WorkerBase
 from evidence_lib.worker_common import (
     HandlerError,
     ReportRejected,
-    SafeLog,
     ShutdownRequested,
     TransportError,
     WorkerConfig,
     ensure_json,
-    resolve_queue,
 )
 
 
@@ -49,7 +43,7 @@ class WorkerStats:
     errors: list[str] = field(default_factory=list)
 
 
-class Worker:
+class Worker(WorkerBase):
     """A v1 worker for one plain flow, or for one step of a step-queued flow."""
 
     def __init__(
@@ -62,75 +56,23 @@ class Worker:
         logger: logging.Logger | None = None,
         name: str = "worker",
     ) -> None:
-        self.queue, self.step = resolve_queue(flow, step)  # before any database work
-        self.flow = flow
-        self.url = url
-        self.config = config or WorkerConfig()
-        self.name = name
-        self.log = SafeLog(logger or logging.getLogger(f"evidence_lib.worker.{flow.slug}"))
+        super().__init__(url, flow, step, config=config, logger=logger, name=name)
         self.stats = WorkerStats()
-        self._stop = threading.Event()
-        self._closing = False
-        self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(self.config.concurrency)
-        self._pool: ConnectionPool[Any] | None = None
-        self._executor: ThreadPoolExecutor | None = None
-
-    # -- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> Worker:
-        self._pool = ConnectionPool(
-            self.url,
-            min_size=1,
-            max_size=self.config.concurrency + 1,
-            open=True,
-            kwargs={"autocommit": True, "application_name": self.name},
-        )
-        self._executor = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix=self.name)
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop: wait up to the grace for running handlers, then release connections."""
-        self._stop.set()
-        if self._executor is not None:
-            self._drain(self.config.shutdown_grace)
-            self._closing = True
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
-    def request_shutdown(self) -> None:
-        """Stop reading; running handlers may finish within the shutdown grace."""
-        self._stop.set()
-
-    # -- the loop ----------------------------------------------------------------------------
-
-    def run(self, *, handle_signals: bool = True) -> WorkerStats:
-        """Poll until shutdown (SIGINT/SIGTERM when `handle_signals` in the main thread)."""
-        with self._signals(handle_signals):
-            while not self._stop.is_set():
-                if self.poll() == 0:
-                    self._stop.wait(self.config.poll_interval)
-        self.close()
-        return self.stats
 
     def poll(self, *, wait_for_handlers: bool = False) -> int:
         """One cycle: read up to the free capacity, claim, start handlers.
 
         Returns the number of messages read (0: the queue had nothing visible for us).
         """
-        assert self._pool is not None and self._executor is not None, "use `with Worker(...)`"
-        free = self._free_slots()
-        if free == 0 or self._stop.is_set():
+        free = self.free_slots()
+        if free == 0 or self.stopping:
             return 0
-        futures: list[Future[None]] = []
         try:
-            with self._pool.connection() as conn:
+            with self.pool.connection() as conn:
                 messages = engine.read_messages(conn, self.queue, self.config.visibility_timeout, free)
                 ids = self._ours(messages)
                 grants = engine.start_tasks(conn, self.queue, ids) if ids else []
@@ -151,34 +93,10 @@ class Worker:
                     queue=self.queue,
                     message_id=mid,
                 )
-        for grant in grants:
-            self._slots.acquire()
-            futures.append(self._executor.submit(self._execute, grant))
+        futures: list[Future[None]] = [self.submit(partial(self._execute, g)) for g in grants]
         if wait_for_handlers:
             wait(futures)
         return len(messages)
-
-    def _free_slots(self) -> int:
-        taken = 0
-        while taken < self.config.concurrency and self._slots.acquire(blocking=False):
-            taken += 1
-        for _ in range(taken):
-            self._slots.release()
-        return taken
-
-    def _drain(self, timeout: float) -> None:
-        acquired = 0
-        deadline = threading.Event()
-        timer = threading.Timer(timeout, deadline.set)
-        timer.start()
-        try:
-            while acquired < self.config.concurrency and not deadline.is_set():
-                if self._slots.acquire(timeout=0.05):
-                    acquired += 1
-        finally:
-            timer.cancel()
-            for _ in range(acquired):
-                self._slots.release()
 
     def _ours(self, messages: list[engine.QueueMessage]) -> list[int]:
         ids: list[int] = []
@@ -204,30 +122,22 @@ class Worker:
             ids.append(m.msg_id)
         return ids
 
-    # -- one task ----------------------------------------------------------------------------
-
     def _execute(self, grant: engine.TaskGrant) -> None:
+        step = self.flow.step_def(grant.step_slug)
         try:
-            step = self._step_def(grant.step_slug)
-            try:
-                result: Json = ensure_json(step.handler(grant.input))
-            except HandlerError as exc:
-                self._report(grant, error=str(exc))
-            except Exception as exc:
-                self._report(grant, error=f"{type(exc).__name__}: {exc}")
-            else:
-                self._report(grant, output=result)
-        finally:
-            self._slots.release()
-
-    def _step_def(self, slug: str) -> StepDef:
-        return self.flow.step_def(slug)
+            result: Json = ensure_json(step.handler(grant.input))
+        except HandlerError as exc:
+            self._report(grant, error=str(exc))
+        except Exception as exc:
+            self._report(grant, error=f"{type(exc).__name__}: {exc}")
+        else:
+            self._report(grant, output=result)
 
     def _report(self, grant: engine.TaskGrant, *, output: Json = None, error: str | None = None) -> None:
         """Report once per attempt; transport errors retry the same report on a new connection."""
         what = "failure" if error is not None else "result"
         for attempt in range(1, self.config.report_attempts + 1):
-            if self._closing:
+            if self.closing:
                 self.stats.abandoned += 1
                 self._error(
                     ShutdownRequested(
@@ -236,10 +146,8 @@ class Worker:
                     )
                 )
                 return
-            pool = self._pool
-            assert pool is not None
             try:
-                with pool.connection() as conn:
+                with self.pool.connection() as conn:
                     if error is not None:
                         engine.fail_task(conn, grant.run_id, grant.step_slug, grant.task_index, error)
                         self.stats.failed += 1
@@ -275,17 +183,3 @@ class Worker:
         with self._lock:
             self.stats.errors.append(f"{type(exc).__name__}: {exc}")
         self.log(logging.ERROR, type(exc).__name__, str(exc))
-
-    @contextmanager
-    def _signals(self, enabled: bool) -> Iterator[None]:
-        if not enabled or threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        for s in previous:
-            signal.signal(s, lambda *_: self.request_shutdown())
-        try:
-            yield
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)

@@ -1,0 +1,300 @@
+"""Real faults for the evidence: a lost acknowledgement, a killed session, a dropped queue.
+
+- `LostAckProxy`: a loopback TCP proxy in front of PostgreSQL (a TCP server or the embedded
+  server's Unix socket). Armed, it forwards the next COMMIT to the server, waits until the
+  server has answered it (ReadyForQuery), drops that answer and closes the client's socket:
+  the transaction committed, the client cannot know. The truth is read afterwards from another
+  session with `pg_xact_status(xid)`.
+- `kill_at_hook`: park a backend at an armed hook point, prove it waits there (pg_locks), and
+  `pg_terminate_backend` it: its transaction rolls back, the process is gone.
+- `drop_route_queue`: `pgmq.drop_queue` behind the engine's back (a real poison).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg import conninfo
+
+from evidence_lib.db import Conn
+from evidence_lib.harness.sessions import HOOK_KEY_SPACE
+from evidence_lib.locks import LivenessTimeout, LockWait, dump, waits
+
+
+@dataclass
+class ProxyEvent:
+    at: float
+    connection: int
+    event: str
+    detail: str = ""
+
+
+@dataclass
+class _Link:
+    ident: int
+    client: socket.socket
+    server: socket.socket
+    drop: threading.Event = field(default_factory=threading.Event)
+
+
+def _message_query(kind: bytes, payload: bytes) -> bytes | None:
+    """The SQL text of a simple Query ('Q') or Parse ('P') message, else None."""
+    if kind == b"Q":
+        return payload.rstrip(b"\x00")
+    if kind == b"P":
+        name_end = payload.find(b"\x00")
+        query_end = payload.find(b"\x00", name_end + 1)
+        return payload[name_end + 1 : query_end]
+    return None
+
+
+class LostAckProxy:
+    """Loopback TCP proxy that can lose the reply to one COMMIT (see the module docstring)."""
+
+    def __init__(self, upstream_url: str) -> None:
+        params = conninfo.conninfo_to_dict(upstream_url)
+        host = str(params.get("host") or "localhost")
+        port = int(params.get("port") or 5432)
+        if host.startswith("/"):
+            self._family, self._address = socket.AF_UNIX, f"{host}/.s.PGSQL.{port}"
+        else:
+            self._family, self._address = socket.AF_INET, (host, port)  # type: ignore[assignment]
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = self._listener.getsockname()[1]
+        self.url = conninfo.make_conninfo(
+            upstream_url, host="127.0.0.1", port=str(self.port), sslmode="disable", gssencmode="disable"
+        )
+        self.events: list[ProxyEvent] = []
+        self._armed = threading.Event()
+        self._done = threading.Event()
+        self._closed = False
+        self._links: list[_Link] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept, name="lost-ack-proxy", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> LostAckProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def arm(self) -> None:
+        """Lose the reply to the next COMMIT that any client sends through this proxy."""
+        self._done.clear()
+        self._armed.set()
+        self._event(0, "armed")
+
+    def wait_fired(self, timeout: float = 30.0) -> None:
+        """Return once an armed COMMIT was forwarded, answered by the server, and dropped."""
+        if not self._done.wait(timeout):
+            raise LivenessTimeout(f"the armed COMMIT did not happen within {timeout}s")
+
+    @property
+    def fired(self) -> bool:
+        return self._done.is_set()
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        with self._lock:
+            for link in self._links:
+                self._shut(link)
+
+    def _event(self, ident: int, event: str, detail: str = "") -> None:
+        with self._lock:
+            self.events.append(ProxyEvent(time.time(), ident, event, detail))
+
+    def _accept(self) -> None:
+        ident = 0
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            ident += 1
+            server = socket.socket(self._family, socket.SOCK_STREAM)
+            try:
+                server.connect(self._address)
+            except OSError as exc:
+                self._event(ident, "upstream_refused", str(exc))
+                client.close()
+                continue
+            link = _Link(ident, client, server)
+            with self._lock:
+                self._links.append(link)
+            threading.Thread(target=self._client_to_server, args=(link,), daemon=True).start()
+            threading.Thread(target=self._server_to_client, args=(link,), daemon=True).start()
+
+    @staticmethod
+    def _shut(link: _Link) -> None:
+        for sock in (link.client, link.server):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _client_to_server(self, link: _Link) -> None:
+        buffer = b""
+        started = False
+        try:
+            while True:
+                chunk = link.client.recv(65536)
+                if not chunk:
+                    break
+                buffer += chunk
+                while True:
+                    if not started:  # the startup packet: int32 length, no type byte
+                        if len(buffer) < 4 or len(buffer) < struct.unpack("!I", buffer[:4])[0]:
+                            break
+                        size = struct.unpack("!I", buffer[:4])[0]
+                        started = True
+                    else:
+                        if len(buffer) < 5:
+                            break
+                        size = 1 + struct.unpack("!I", buffer[1:5])[0]
+                        if len(buffer) < size:
+                            break
+                        query = _message_query(buffer[:1], buffer[5:size])
+                        if query is not None and query.strip().upper() == b"COMMIT" and self._armed.is_set():
+                            self._armed.clear()
+                            link.drop.set()
+                            self._event(link.ident, "commit_forwarded")
+                    link.server.sendall(buffer[:size])
+                    buffer = buffer[size:]
+        except OSError:
+            pass
+        finally:
+            if not link.drop.is_set():
+                self._shut(link)
+
+    def _server_to_client(self, link: _Link) -> None:
+        dropped = b""
+        try:
+            while True:
+                chunk = link.server.recv(65536)
+                if not chunk:
+                    break
+                if not link.drop.is_set():
+                    link.client.sendall(chunk)
+                    continue
+                dropped += chunk
+                if self._answered(dropped):
+                    tags = self._tags(dropped)
+                    self._event(link.ident, "reply_dropped", f"{len(dropped)} bytes: {', '.join(tags)}")
+                    self._shut(link)
+                    self._event(link.ident, "client_closed")
+                    self._done.set()
+                    return
+        except OSError:
+            pass
+        finally:
+            self._shut(link)
+
+    @staticmethod
+    def _frames(data: bytes) -> list[tuple[bytes, bytes]]:
+        frames, at = [], 0
+        while at + 5 <= len(data):
+            size = struct.unpack("!I", data[at + 1 : at + 5])[0]
+            if at + 1 + size > len(data):
+                break
+            frames.append((data[at : at + 1], data[at + 5 : at + 1 + size]))
+            at += 1 + size
+        return frames
+
+    def _answered(self, data: bytes) -> bool:
+        return any(kind == b"Z" for kind, _ in self._frames(data))
+
+    def _tags(self, data: bytes) -> list[str]:
+        out = []
+        for kind, payload in self._frames(data):
+            if kind == b"C":
+                out.append(payload.rstrip(b"\x00").decode(errors="replace"))
+            elif kind == b"E":
+                out.append("ErrorResponse")
+            elif kind == b"Z":
+                out.append(f"ReadyForQuery({payload.decode(errors='replace')})")
+        return out
+
+
+def xact_status(conn: Conn, xid: str) -> str | None:
+    """The server's truth about a transaction: committed, aborted, in progress (or None)."""
+    row = conn.execute("select pg_xact_status(%s::xid8)", (xid,)).fetchone()
+    return None if row is None else row[0]
+
+
+@dataclass(frozen=True)
+class Kill:
+    pid: int
+    application_name: str
+    point: str
+    proof: list[LockWait]
+
+
+def wait_for_hooked_backend(
+    controller: Conn, application_name: str, point_key: int, timeout: float = 10.0
+) -> tuple[int, list[LockWait]]:
+    """The pid of the backend named `application_name` that is parked at hook key `point_key`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = [
+            r[0]
+            for r in controller.execute(
+                "select pid from pg_stat_activity "
+                "where application_name = %s and datname = current_database()",
+                (application_name,),
+            ).fetchall()
+        ]
+        for pid in pids:
+            found = [
+                w
+                for w in waits(controller, pid)
+                if w.locktype == "advisory" and w.classid == HOOK_KEY_SPACE and w.objid == point_key
+            ]
+            if found:
+                return pid, found
+        if time.monotonic() > deadline:
+            raise LivenessTimeout(
+                f"no backend {application_name} parked at hook key {point_key}\n" + dump(controller)
+            )
+        time.sleep(0.002)  # poll interval of an observation
+
+
+def kill_at_hook(
+    controller: Conn, application_name: str, point: str, *, timeout: float = 10.0, hold: bool = True
+) -> Kill:
+    """Hold `point`, wait until a backend named `application_name` parks there (proven in
+    pg_locks), terminate it, release the point. The backend's session must arm the point."""
+    key_row = controller.execute("select engine._hook_key(%s)", (point,)).fetchone()
+    assert key_row is not None
+    key = int(key_row[0])
+    if hold:
+        controller.execute("select pg_advisory_lock(%s, %s)", (HOOK_KEY_SPACE, key))
+    try:
+        pid, proof = wait_for_hooked_backend(controller, application_name, key, timeout)
+        controller.execute("select pg_terminate_backend(%s, 5000)", (pid,))
+    finally:
+        if hold:
+            controller.execute("select pg_advisory_unlock(%s, %s)", (HOOK_KEY_SPACE, key))
+    return Kill(pid, application_name, point, proof)
+
+
+def drop_route_queue(conn: Conn, queue_name: str) -> bool:
+    """Drop a queue behind the engine's back (its messages go with it)."""
+    row = conn.execute("select pgmq.drop_queue(%s)", (queue_name,)).fetchone()
+    return bool(row and row[0])
+
+
+def proxy_summary(proxy: LostAckProxy) -> list[dict[str, Any]]:
+    return [
+        {"at": e.at, "connection": e.connection, "event": e.event, "detail": e.detail} for e in proxy.events
+    ]

@@ -1,0 +1,155 @@
+"""The machinery every worker shares: a connection pool, a bounded handler pool, a stop flag,
+graceful shutdown with a bound, and SIGINT/SIGTERM handling. Subclasses implement `poll`."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from evidence_lib.flows import AnyFlow
+from evidence_lib.worker_common import SafeLog, WorkerConfig, resolve_queue
+
+
+class WorkerBase:
+    """Lifecycle of a worker for one plain flow, or for one step of a step-queued flow."""
+
+    def __init__(
+        self,
+        url: str,
+        flow: AnyFlow,
+        step: str | None,
+        *,
+        config: WorkerConfig | None,
+        logger: logging.Logger | None,
+        name: str,
+    ) -> None:
+        self.queue, self.step = resolve_queue(flow, step)  # before any database work
+        self.flow = flow
+        self.url = url
+        self.config = config or WorkerConfig()
+        self.name = name
+        self.log = SafeLog(logger or logging.getLogger(f"evidence_lib.worker.{flow.slug}"))
+        self._stop = threading.Event()
+        self._closing = False
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.config.concurrency)
+        self._pool: ConnectionPool[Any] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._futures: set[Future[None]] = set()
+
+    def __enter__(self) -> WorkerBase:
+        self._pool = ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=self.config.concurrency + 1,
+            open=True,
+            kwargs={"autocommit": True, "application_name": self.name},
+        )
+        self._executor = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix=self.name)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def pool(self) -> ConnectionPool[Any]:
+        if self._pool is None:
+            raise RuntimeError(f"worker {self.name} is not open: use `with Worker(...)`")
+        return self._pool
+
+    def close(self) -> None:
+        """Stop reading; wait up to the shutdown grace for running handlers; release everything."""
+        self._stop.set()
+        if self._executor is not None:
+            with self._lock:
+                running = set(self._futures)
+            wait(running, timeout=self.config.shutdown_grace)
+            self._closing = True
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def request_shutdown(self) -> None:
+        """Stop reading; running handlers may finish within the shutdown grace."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self, *, handle_signals: bool = True) -> None:
+        """Poll until shutdown (SIGINT/SIGTERM when `handle_signals` in the main thread)."""
+        with self._signals(handle_signals):
+            while not self._stop.is_set():
+                try:
+                    idle = self.poll() == 0
+                except psycopg.OperationalError as exc:
+                    self.on_poll_transport_error(exc)
+                    idle = True
+                if idle:
+                    self._stop.wait(self.config.poll_interval)
+        self.close()
+
+    def poll(self, *, wait_for_handlers: bool = False) -> int:
+        raise NotImplementedError
+
+    def on_poll_transport_error(self, exc: psycopg.OperationalError) -> None:
+        self.log(logging.ERROR, "TransportError", f"polling {self.queue}: {exc}")
+
+    def free_slots(self) -> int:
+        taken = 0
+        while taken < self.config.concurrency and self._slots.acquire(blocking=False):
+            taken += 1
+        for _ in range(taken):
+            self._slots.release()
+        return taken
+
+    def submit(self, job: Callable[[], None]) -> Future[None]:
+        """Run `job` on the handler pool, holding one concurrency slot while it runs."""
+        assert self._executor is not None
+        self._slots.acquire()
+
+        def guarded() -> None:
+            try:
+                job()
+            finally:
+                self._slots.release()
+
+        future = self._executor.submit(guarded)
+        with self._lock:
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
+        return future
+
+    def _forget(self, future: Future[None]) -> None:
+        with self._lock:
+            self._futures.discard(future)
+
+    @property
+    def closing(self) -> bool:
+        """True once the shutdown grace is over: late handlers must not report anymore."""
+        return self._closing
+
+    @contextmanager
+    def _signals(self, enabled: bool) -> Iterator[None]:
+        if not enabled or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, lambda *_: self.request_shutdown())
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
