@@ -28,6 +28,7 @@ import psycopg
 
 from evidence_lib import engine
 from evidence_lib import engine_v2 as v2
+from evidence_lib.db import Conn
 from evidence_lib.flows import AnyFlow
 from evidence_lib.jsontypes import Json
 from evidence_lib.messages import UnsupportedMessage, parse_task_message
@@ -154,7 +155,7 @@ class V2Worker(WorkerBase):
         return read
 
     def _claim(
-        self, conn: psycopg.Connection[tuple[object, ...]], message: engine.QueueMessage
+        self, conn: Conn, message: engine.QueueMessage
     ) -> v2.Grant | None:
         mid = message.msg_id
         try:
@@ -320,7 +321,7 @@ class V2Worker(WorkerBase):
         return rec
 
     @contextmanager
-    def _settle_connection(self, *, fresh: bool) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    def _settle_connection(self, *, fresh: bool) -> Iterator[Conn]:
         if not fresh:
             with self.pool.connection() as conn:
                 yield conn

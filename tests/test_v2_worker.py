@@ -285,6 +285,7 @@ def test_a_failing_log_sink_never_changes_a_settlement(conn: Conn, db_url: str) 
             raise OSError("log sink down")
 
     logger = logging.getLogger("test.v2.exploding")
+    logger.setLevel(logging.INFO)
     logger.addFilter(Exploding())
     flow: Flow[Any] = Flow("logsink", max_attempts=1)
     flow.add("A", lambda _: 7).add("B", lambda x: x, deps=["A"])
