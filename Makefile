@@ -8,6 +8,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 KERNEL := dirty-runs-evidence
 EVIDENCE_ARGS ?=
+SCENARIOS ?=
+REPEAT ?=
+PARAMS ?=
 
 .PHONY: help setup test lint check-schema pytest pgtap evidence bench lab clean
 
@@ -43,8 +46,8 @@ pgtap: $(STAMP) ## the pgTAP files with pg_prove (says loudly when pgTAP is miss
 
 test: lint check-schema pytest pgtap ## everything CI runs: lint, schema sync, pytest, pgTAP
 
-evidence: $(STAMP) ## run the evidence scenarios and write a dated bundle under outputs/
-	$(BIN)/python -m evidence_lib evidence $(EVIDENCE_ARGS)
+evidence: $(STAMP) ## run the evidence notebooks, write a dated bundle (SCENARIOS=races REPEAT=20 PARAMS="queue_modes=step")
+	$(BIN)/python -m evidence_lib evidence $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(REPEAT),--repeat $(REPEAT)) $(foreach p,$(PARAMS),-p $(p)) $(EVIDENCE_ARGS)
 
 bench: $(STAMP) ## benchmark: raw PGMQ vs the engine on one server, one run
 	$(BIN)/python -m evidence_lib bench

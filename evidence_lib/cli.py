@@ -50,9 +50,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_evidence(args: argparse.Namespace) -> int:
-    from evidence_lib import smoke
+    from pathlib import Path
 
-    return smoke.main(args)
+    from evidence_lib.evidence_runner import parse_parameters, run_evidence
+
+    params = parse_parameters(args.param)
+    if args.repeat is not None:
+        params["repeat"] = args.repeat
+    return run_evidence(
+        args.scenarios,
+        params,
+        database_url=args.database_url,
+        out=Path(args.out) if args.out else None,
+        cell_timeout=args.cell_timeout,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("evidence", help="run the evidence scenarios and write a bundle")
     _server_args(p)
+    p.add_argument("--scenarios", default="", help="comma-separated scenario names (default: all)")
+    p.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a notebook parameter (checked against the notebooks; repeatable)",
+    )
+    p.add_argument("--repeat", type=int, default=None, help="shortcut for -p repeat=N")
+    p.add_argument("--out", default="", help="bundle folder (default: outputs/<UTC time>-<rev12>)")
+    p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one notebook cell may run")
     p.set_defaults(func=cmd_evidence)
     return parser
 

@@ -17,6 +17,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -269,22 +270,27 @@ def wait_for_hooked_backend(
         time.sleep(0.002)  # poll interval of an observation
 
 
-def kill_at_hook(
-    controller: Conn, application_name: str, point: str, *, timeout: float = 10.0, hold: bool = True
-) -> Kill:
-    """Hold `point`, wait until a backend named `application_name` parks there (proven in
-    pg_locks), terminate it, release the point. The backend's session must arm the point."""
+@contextlib.contextmanager
+def held_hook(controller: Conn, point: str) -> Iterator[int]:
+    """Hold the lock of hook `point` (armed sessions park there) until the block ends.
+    Take it before the victim is started, so the victim cannot pass the point first."""
     key_row = controller.execute("select engine._hook_key(%s)", (point,)).fetchone()
     assert key_row is not None
     key = int(key_row[0])
-    if hold:
-        controller.execute("select pg_advisory_lock(%s, %s)", (HOOK_KEY_SPACE, key))
+    controller.execute("select pg_advisory_lock(%s, %s)", (HOOK_KEY_SPACE, key))
     try:
-        pid, proof = wait_for_hooked_backend(controller, application_name, key, timeout)
-        controller.execute("select pg_terminate_backend(%s, 5000)", (pid,))
+        yield key
     finally:
-        if hold:
-            controller.execute("select pg_advisory_unlock(%s, %s)", (HOOK_KEY_SPACE, key))
+        controller.execute("select pg_advisory_unlock(%s, %s)", (HOOK_KEY_SPACE, key))
+
+
+def kill_at_hook(
+    controller: Conn, application_name: str, point: str, key: int, *, timeout: float = 10.0
+) -> Kill:
+    """Inside `held_hook(controller, point)`: wait until a backend named `application_name`
+    parks at the point (proven in pg_locks) and terminate it; its transaction rolls back."""
+    pid, proof = wait_for_hooked_backend(controller, application_name, key, timeout)
+    controller.execute("select pg_terminate_backend(%s, 5000)", (pid,))
     return Kill(pid, application_name, point, proof)
 
 

@@ -154,9 +154,7 @@ class V2Worker(WorkerBase):
             wait(futures)
         return read
 
-    def _claim(
-        self, conn: Conn, message: engine.QueueMessage
-    ) -> v2.Grant | None:
+    def _claim(self, conn: Conn, message: engine.QueueMessage) -> v2.Grant | None:
         mid = message.msg_id
         try:
             task = parse_task_message(message.message)

@@ -10,7 +10,7 @@ import pytest
 from evidence_lib import db
 from evidence_lib.db import Server
 from evidence_lib.harness import Race, run_race
-from evidence_lib.scenarios import races
+from evidence_lib.scenarios import race_specs as races
 
 
 def database_factory(server: Server, template: str) -> Callable[[], AbstractContextManager[str]]:

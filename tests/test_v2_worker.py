@@ -14,7 +14,7 @@ from psycopg import conninfo
 
 from evidence_lib import engine_v2 as v2
 from evidence_lib.db import Conn, connect
-from evidence_lib.faults import LostAckProxy, drop_route_queue, kill_at_hook, xact_status
+from evidence_lib.faults import LostAckProxy, drop_route_queue, held_hook, kill_at_hook, xact_status
 from evidence_lib.flows import Flow, compile_flow, with_step_queues
 from evidence_lib.jsontypes import Json
 from evidence_lib.reconciler import Reconciler
@@ -133,10 +133,11 @@ def test_a_transport_error_never_becomes_a_handler_failure(effects: Conn, db_url
     v2.start_run(effects, "eff", {})
     worker = V2Worker(_armed(db_url, "settle.after_run_lock"), flow, name="victim")
     with worker, connect(db_url) as controller:
-        future = threading.Thread(target=lambda: worker.poll(wait_for_handlers=True))
-        future.start()
-        kill = kill_at_hook(controller, "victim", "settle.after_run_lock")
-        future.join(30)
+        with held_hook(controller, "settle.after_run_lock") as key:  # held before the worker starts
+            polling = threading.Thread(target=lambda: worker.poll(wait_for_handlers=True))
+            polling.start()
+            kill = kill_at_hook(controller, "victim", "settle.after_run_lock", key)
+        polling.join(30)
     assert kill.proof and kill.proof[0].classid == 7001
     [record] = worker.stats.settlements
     assert [a.result for a in record.attempts] == ["transport_error", "receipt"]

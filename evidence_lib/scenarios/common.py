@@ -3,12 +3,16 @@ expiry, and reading back authoritative rows."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any, Literal
 from uuid import UUID
 
-from evidence_lib import engine
-from evidence_lib.db import Conn
+from psycopg import sql
+
+from evidence_lib import db, engine, migrate
+from evidence_lib.db import Conn, Server, connect
 from evidence_lib.errors import EvidenceError
 from evidence_lib.flows import AnyFlow, Flow, compile_flow, route, with_step_queues
 from evidence_lib.jsontypes import Json
@@ -98,3 +102,52 @@ def wait_for_backoff(conn: Conn, run_id: UUID, timeout: float = 90.0) -> None:
         if time.monotonic() > deadline:
             raise EvidenceError(f"backoff of run {run_id} did not pass within {timeout}s")
         time.sleep(min(float(left) + 0.01, 1.0))  # lets the backoff pass
+
+
+@contextlib.contextmanager
+def scenario_server(database_url: str = "") -> Iterator[Server]:
+    """The server a scenario runs on: `database_url`, else `DATABASE_URL`, else a throwaway one."""
+    with db.open_server(database_url or None) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def scenario_database(server: Server, *, hooks: str = "", prefix: str = "ev") -> Iterator[str]:
+    """A fresh scratch database with the candidate migrations applied. `hooks` arms test hooks
+    for every session of that database (only used to prove that a gate can turn red)."""
+    with db.scratch_database(server, prefix=prefix) as url:
+        migrate.apply_migrations(url)
+        if hooks:
+            with connect(url) as conn:
+                conn.execute(
+                    sql.SQL("alter database {} set engine.hooks = {}").format(
+                        sql.Identifier(db.database_name(url)), sql.Literal(hooks)
+                    )
+                )
+        yield url
+
+
+def modes(queue_modes: str) -> list[QueueMode]:
+    """Parse the notebooks' `queue_modes` parameter ("flow,step")."""
+    out: list[QueueMode] = []
+    for part in queue_modes.split(","):
+        name = part.strip()
+        if name not in ("flow", "step"):
+            raise EvidenceError(f"unknown queue mode {name!r}: use flow, step or flow,step")
+        out.append(name)  # type: ignore[arg-type]
+    return out
+
+
+@contextlib.contextmanager
+def timed(result: Any, phase: str, **labels: Any) -> Iterator[None]:
+    """Record the wall time of a phase in a ScenarioResult."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        result.timing(phase, time.perf_counter() - start, **labels)
+
+
+def step_of(flow: AnyFlow, step: str) -> str | None:
+    """The step selector a worker of `flow` needs to serve `step` (None for a plain flow)."""
+    return step if flow.queue_mode == "step" else None

@@ -1,455 +1,123 @@
-"""The four races of the v2 protocol, each with both orders, as isolation-style specs.
+"""Scenario 3, races: the four races of the v2 protocol with real separate sessions and proven
+barriers, each permutation both ways, `repeat` times each, every attempt reported.
 
-double_claim            two workers claim one delivery: one grant, one empty result
-settle_vs_takeover      settlement first: takeover finds nothing to revoke;
-                        takeover first: the old settlement is stale
-two_reconcilers         two reconcilers on one dirty run: B created and queued once
-settle_vs_generation    a settlement landing while a reconcile holds the old generation
-                        re-dirties the run; nothing is marked processed wrongly
-Every check reads the database back.
+The specs are in `race_specs`; this module runs them and turns the results into evidence:
+isolation-tester transcripts, the pg_locks rows that proved each wait, the checks, and timings.
 """
 
 from __future__ import annotations
 
-from typing import Any
-from uuid import UUID
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn, connect
-from evidence_lib.flows import route
-from evidence_lib.harness.race import Check, Permutation, Race, RaceContext, SessionSpec, Step
-from evidence_lib.scenarios.common import (
-    QueueMode,
-    define_ab,
-    one,
-    read_step_message,
-    wait_for_lease_expiry,
-)
+import matplotlib.pyplot as plt
 
-Result = tuple[bool, str]
+from evidence_lib.db import Server
+from evidence_lib.harness import RaceResult, run_race
+from evidence_lib.report import ScenarioResult
+from evidence_lib.scenarios import race_specs
+from evidence_lib.scenarios.common import modes, scenario_database, scenario_server
+
+SCENARIO = "03_races"
 
 
-def _grant(value: Any) -> str:
-    return "0 rows" if value is None else f"1 row (claim {str(value.claim_id)[:8]})"
-
-
-def _receipt(value: Any) -> str:
-    return f"{value.verdict} (generation {value.generation})"
-
-
-def _report(value: Any) -> str:
-    return (
-        f"generation {value.generation}, {value.actions} action(s), processed "
-        f"{value.processed}, health {value.health}, run {value.run_status}"
+def run(
+    queue_modes: str = "flow,step",
+    repeat: int = 1,
+    database_url: str = "",
+    hooks: str = "",
+    timeout: float = 10.0,
+) -> ScenarioResult:
+    result = ScenarioResult(
+        SCENARIO, "Races with proven barriers", {"queue_modes": queue_modes, "repeat": repeat, "hooks": hooks}
     )
+    with result.capture_logs(), scenario_server(database_url) as server:
+        for race in race_specs.all_races(tuple(modes(queue_modes))):
+            outcome = run_race(race, _databases(server, hooks), repeat=repeat, timeout=timeout)
+            _record(result, outcome)
+    _chart(result)
+    return result
 
 
-def _start(ctx: RaceContext, mode: QueueMode, *, timeout: int = 30) -> Conn:
-    conn = connect(ctx.url, application_name="setup")
-    flow = define_ab(conn, "race", mode, timeout=timeout)
-    run_id = v2.start_run(conn, "race", {"n": 1})
-    ctx.data.update(flow=flow, run=run_id, queue_a=route(flow, "A"), queue_b=route(flow, "B"))
-    return conn
+def _databases(server: Server, hooks: str) -> Callable[[], AbstractContextManager[str]]:
+    @contextmanager
+    def database() -> Iterator[str]:
+        with scenario_database(server, hooks=hooks, prefix="race") as url:
+            yield url
+
+    return database
 
 
-def _claim_a(ctx: RaceContext, conn: Conn) -> v2.Grant:
-    msg = read_step_message(conn, ctx.data["flow"], "A", ctx.data["run"])
-    grant = v2.claim(conn, ctx.data["run"], "A", ctx.data["queue_a"], msg)
-    assert grant is not None
-    ctx.data.update(msg_a=msg, claim_1=grant.claim_id)
-    return grant
-
-
-def _q(ctx: RaceContext, sql: str, *params: Any) -> Any:
-    with ctx.connect() as conn:
-        return one(conn, sql, params or None)
-
-
-def _claims(ctx: RaceContext, step: str = "A") -> list[tuple[Any, ...]]:
-    with ctx.connect() as conn:
-        return conn.execute(
-            "select claim_id, state, replaced_by, lease_expires_at from engine.task_claims "
-            "where run_id = %s and step_slug = %s order by claimed_at",
-            (ctx.data["run"], step),
-        ).fetchall()
-
-
-# -- double claim ------------------------------------------------------------------------------
-
-
-def _double_claim_setup(mode: QueueMode) -> Any:
-    def setup(ctx: RaceContext) -> None:
-        with _start(ctx, mode) as conn:
-            ctx.data["msg_a"] = read_step_message(conn, ctx.data["flow"], "A", ctx.data["run"])
-
-    return setup
-
-
-def _claim_step(name: str) -> Step:
-    return Step(
-        name,
-        "select * from engine.v2_claim(:run, 'A', :queue_a, array[:msg_a])",
-        lambda conn, ctx: v2.claim(conn, ctx.data["run"], "A", ctx.data["queue_a"], ctx.data["msg_a"]),
-        _grant,
-    )
-
-
-def _exactly_one_grant(ctx: RaceContext) -> Result:
-    seen = [ctx.results.get(n) for n in ("w1_claim", "w2_claim")]
-    grants = [g for g in seen if g is not None]
-    return len(grants) == 1 and not ctx.errors, f"client saw {len(grants)} grant(s)"
-
-
-def _one_claim_row(ctx: RaceContext) -> Result:
-    claims = _claims(ctx)
-    attempts = _q(
-        ctx,
-        "select attempts_count from engine.step_tasks where run_id = %s and step_slug = 'A'",
-        ctx.data["run"],
-    )
-    return (
-        len(claims) == 1 and claims[0][1] == "current" and attempts == 1,
-        f"{len(claims)} claim row(s), attempts_count {attempts}",
-    )
-
-
-def _vt_equals_lease(ctx: RaceContext) -> Result:
-    [(_claim, _, _, lease)] = _claims(ctx)[-1:]
-    vt = _q(ctx, f"select vt from pgmq.q_{ctx.data['queue_a']} where msg_id = %s", ctx.data["msg_a"])
-    return vt == lease, f"vt {vt} vs lease {lease}"
-
-
-def double_claim(mode: QueueMode = "flow") -> Race:
-    checks = [
-        Check("exactly_one_grant", _exactly_one_grant),
-        Check("one_claim_row", _one_claim_row),
-        Check("vt_equals_lease_horizon", _vt_equals_lease),
-    ]
-    hook = ["claim.after_run_lock"]
-    return Race(
-        f"double_claim[{mode}]",
-        "two sessions claim one delivery of A",
-        _double_claim_setup(mode),
-        {
-            "w1": SessionSpec([_claim_step("w1_claim")], hook),
-            "w2": SessionSpec([_claim_step("w2_claim")], hook),
-        },
-        [
-            Permutation(
-                "w1 first", ["hold:claim.after_run_lock", "w1_claim", "w2_claim", "release", "check"], checks
-            ),
-            Permutation(
-                "w2 first", ["hold:claim.after_run_lock", "w2_claim", "w1_claim", "release", "check"], checks
-            ),
-        ],
-    )
-
-
-# -- settlement vs takeover --------------------------------------------------------------------
-
-
-def _expired_claim_setup(mode: QueueMode) -> Any:
-    def setup(ctx: RaceContext) -> None:
-        with _start(ctx, mode, timeout=1) as conn:
-            _claim_a(ctx, conn)
-            wait_for_lease_expiry(conn, ctx.data["claim_1"])
-
-    return setup
-
-
-def _settle_first_checks() -> list[Check]:
-    def accepted(ctx: RaceContext) -> Result:
-        outcome = _q(
-            ctx, "select outcome from engine.task_settlements where claim_id = %s", ctx.data["claim_1"]
+def _record(result: ScenarioResult, outcome: RaceResult) -> None:
+    result.transcripts.append(outcome.transcript())
+    mode = outcome.race.split("[")[-1].rstrip("]")
+    runs, checks, steps, locks = [], [], [], []
+    for r in outcome.runs:
+        runs.append(
+            {
+                "race": outcome.race,
+                "permutation": r.permutation,
+                "attempt": r.attempt,
+                "passed": r.passed,
+                "waits_proven": sum(1 for s in r.steps if s.waited),
+                "seconds": round(r.seconds, 3),
+                "error": r.error,
+            }
         )
-        status = _q(
-            ctx, "select status from engine.step_tasks where run_id = %s and step_slug = 'A'", ctx.data["run"]
-        )
-        return outcome == "completed" and status == "completed", f"settlement {outcome}, task {status}"
-
-    def nothing_revoked(ctx: RaceContext) -> Result:
-        states = [c[1] for c in _claims(ctx)]
-        losses = _q(
-            ctx,
-            "select infrastructure_losses from engine.step_tasks where run_id = %s and step_slug = 'A'",
-            ctx.data["run"],
-        )
-        err = ctx.errors.get("op_take_over")
-        refused = err is not None and err.sqlstate == "DR006"
-        return states == ["settled"] and losses == 0 and refused, f"claims {states}, losses {losses}"
-
-    return [
-        Check("settlement_accepted", accepted),
-        Check("takeover_found_nothing_to_revoke", nothing_revoked),
-    ]
-
-
-def _takeover_first_checks() -> list[Check]:
-    def revoked_and_replaced(ctx: RaceContext) -> Result:
-        claims = _claims(ctx)
-        ok = (
-            len(claims) == 2
-            and claims[0][1] == "revoked"
-            and claims[0][2] == claims[1][0]
-            and claims[1][1] == "current"
-        )
-        losses = _q(
-            ctx,
-            "select infrastructure_losses from engine.step_tasks where run_id = %s and step_slug = 'A'",
-            ctx.data["run"],
-        )
-        return ok and losses == 1, f"claims {[c[1] for c in claims]}, losses {losses}"
-
-    def settlement_stale(ctx: RaceContext) -> Result:
-        receipt = ctx.results.get("w1_settle")
-        rows = _q(ctx, "select count(*) from engine.task_settlements where run_id = %s", ctx.data["run"])
-        status = _q(
-            ctx, "select status from engine.step_tasks where run_id = %s and step_slug = 'A'", ctx.data["run"]
-        )
-        verdict = getattr(receipt, "verdict", None)
-        return (
-            verdict == "stale" and rows == 0 and status == "started",
-            f"verdict {verdict}, settlements {rows}, task {status}",
-        )
-
-    def vt_moved(ctx: RaceContext) -> Result:
-        lease = _claims(ctx)[-1][3]
-        vt = _q(ctx, f"select vt from pgmq.q_{ctx.data['queue_a']} where msg_id = %s", ctx.data["msg_a"])
-        return vt == lease, f"vt {vt} vs new lease {lease}"
-
-    return [
-        Check("old_claim_revoked_and_replaced", revoked_and_replaced),
-        Check("old_settlement_is_stale", settlement_stale),
-        Check("vt_moved_to_the_new_horizon", vt_moved),
-    ]
-
-
-def settle_vs_takeover(mode: QueueMode = "flow") -> Race:
-    settle = Step(
-        "w1_settle",
-        "select * from engine.v2_settle(:claim_1, 'completed', '{\"a\": 1}')",
-        lambda conn, ctx: v2.settle(conn, ctx.data["claim_1"], "completed", {"a": 1}),
-        _receipt,
-    )
-    take = Step(
-        "op_take_over",
-        "select * from engine.v2_take_over(:run, 'A', :claim_1, :queue_a, array[:msg_a])",
-        lambda conn, ctx: v2.take_over(
-            conn, ctx.data["run"], "A", ctx.data["claim_1"], ctx.data["queue_a"], ctx.data["msg_a"]
-        ),
-        _grant,
-    )
-    return Race(
-        f"settle_vs_takeover[{mode}]",
-        "the expired claim's settlement races a controlled takeover",
-        _expired_claim_setup(mode),
-        {
-            "w1": SessionSpec([settle], ["settle.after_run_lock"]),
-            "op": SessionSpec([take], ["take_over.after_run_lock"]),
-        },
-        [
-            Permutation(
-                "settlement first",
-                ["hold:settle.after_run_lock", "w1_settle", "op_take_over", "release", "check"],
-                _settle_first_checks(),
-            ),
-            Permutation(
-                "takeover first",
-                ["hold:take_over.after_run_lock", "op_take_over", "w1_settle", "release", "check"],
-                _takeover_first_checks(),
-            ),
-        ],
+        checks += [
+            {
+                "race": outcome.race,
+                "permutation": r.permutation,
+                "attempt": r.attempt,
+                "check": c.name,
+                "passed": c.passed,
+                "detail": c.detail,
+            }
+            for c in r.checks
+        ]
+        steps += [
+            {
+                "race": outcome.race,
+                "permutation": r.permutation,
+                "attempt": r.attempt,
+                "step": s.name,
+                "waited": s.waited,
+                "ms": round(s.seconds * 1000, 2),
+                "outcome": s.outcome,
+            }
+            for s in r.steps
+        ]
+        locks += [
+            {"race": outcome.race, "permutation": r.permutation, "attempt": r.attempt, **row}
+            for row in r.lock_rows
+        ]
+    result.append_rows("permutations", runs)
+    result.append_rows("checks", checks)
+    result.append_rows("steps", steps)
+    result.append_rows("lock_proofs", locks)
+    failed = outcome.failures()
+    proven = all(any(s.waited for s in r.steps) for r in outcome.runs)
+    result.gate(
+        outcome.race.split("[")[0],
+        outcome.passed and proven,
+        f"{len(outcome.runs) - len(failed)}/{len(outcome.runs)} permutation runs passed, "
+        f"every one with a wait proven in pg_locks: {proven}",
+        mode,
     )
 
 
-# -- two reconcilers ---------------------------------------------------------------------------
-
-
-def _settled_a_setup(mode: QueueMode) -> Any:
-    def setup(ctx: RaceContext) -> None:
-        with _start(ctx, mode) as conn:
-            grant = _claim_a(ctx, conn)
-            v2.settle(conn, grant.claim_id, "completed", {"a": 1})
-
-    return setup
-
-
-def _reconcile_step(name: str) -> Step:
-    return Step(
-        name,
-        "select * from engine.v2_reconcile(:run)",
-        lambda conn, ctx: v2.reconcile(conn, ctx.data["run"]),
-        _report,
-    )
-
-
-def _b_created_once(ctx: RaceContext) -> Result:
-    tasks = _q(
-        ctx, "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'", ctx.data["run"]
-    )
-    messages = _q(
-        ctx,
-        f"select count(*) from pgmq.q_{ctx.data['queue_b']} "
-        "where message->>'run_id' = %s and message->>'step_slug' = 'B'",
-        str(ctx.data["run"]),
-    )
-    actions = sorted(getattr(ctx.results.get(n), "actions", -1) for n in ("r1_reconcile", "r2_reconcile"))
-    return (
-        tasks == 1 and messages == 1 and actions == [0, 2],
-        f"B tasks {tasks}, B messages {messages}, actions reported {actions}",
-    )
-
-
-def _caught_up(ctx: RaceContext) -> Result:
-    with ctx.connect() as conn:
-        work = v2.work_row(conn, ctx.data["run"])
-    ok = work["processed_generation"] == work["requested_generation"] and work["health"] == "clean"
-    return ok, f"requested {work['requested_generation']}, processed {work['processed_generation']}"
-
-
-def two_reconcilers(mode: QueueMode = "flow") -> Race:
-    checks = [Check("b_created_and_queued_once", _b_created_once), Check("work_caught_up", _caught_up)]
-    hook = ["reconcile.after_work_lock"]
-    return Race(
-        f"two_reconcilers[{mode}]",
-        "two reconcilers on one dirty run after A settled",
-        _settled_a_setup(mode),
-        {
-            "r1": SessionSpec([_reconcile_step("r1_reconcile")], hook),
-            "r2": SessionSpec([_reconcile_step("r2_reconcile")], hook),
-        },
-        [
-            Permutation(
-                "r1 first",
-                ["hold:reconcile.after_work_lock", "r1_reconcile", "r2_reconcile", "release", "check"],
-                checks,
-            ),
-            Permutation(
-                "r2 first",
-                ["hold:reconcile.after_work_lock", "r2_reconcile", "r1_reconcile", "release", "check"],
-                checks,
-            ),
-        ],
-    )
-
-
-# -- settlement vs generation ------------------------------------------------------------------
-
-
-def _b_claimed_setup(mode: QueueMode) -> Any:
-    def setup(ctx: RaceContext) -> None:
-        with _start(ctx, mode) as conn:
-            grant = _claim_a(ctx, conn)
-            v2.settle(conn, grant.claim_id, "completed", {"a": 1})
-            v2.reconcile(conn, ctx.data["run"])
-            msg_b = read_step_message(conn, ctx.data["flow"], "B", ctx.data["run"])
-            grant_b = v2.claim(conn, ctx.data["run"], "B", ctx.data["queue_b"], msg_b)
-            assert grant_b is not None
-            ctx.data.update(claim_b=grant_b.claim_id, generation=1)
-
-    return setup
-
-
-def _read_work(conn: Conn, ctx: RaceContext) -> dict[str, Any]:
-    return v2.work_row(conn, ctx.data["run"])
-
-
-def _held_old_generation_checks() -> list[Check]:
-    def reconcile_kept_its_generation(ctx: RaceContext) -> Result:
-        report = ctx.results.get("r_reconcile")
-        work = ctx.results.get("r_read_work") or {}
-        ok = (
-            getattr(report, "generation", None) == 1
-            and work.get("requested_generation") == 2
-            and work.get("processed_generation") == 1
-        )
-        return ok, f"reconcile held generation {getattr(report, 'generation', None)}; then work {work}"
-
-    return [
-        Check("settlement_redirtied_the_run", reconcile_kept_its_generation),
-        Check("finally_caught_up", _caught_up),
-        Check("run_completed", _run_completed),
-    ]
-
-
-def _run_completed(ctx: RaceContext) -> Result:
-    status = _q(ctx, "select status from engine.runs where run_id = %s", ctx.data["run"])
-    output = _q(ctx, "select output from engine.runs where run_id = %s", ctx.data["run"])
-    return status == "completed" and output == "b", f"run {status}, output {output!r}"
-
-
-def _settled_first_checks() -> list[Check]:
-    def reconcile_saw_new_generation(ctx: RaceContext) -> Result:
-        report = ctx.results.get("r_reconcile")
-        ok = getattr(report, "generation", None) == 2 and getattr(report, "actions", None) == 1
-        return ok, f"reconcile report {report}"
-
-    return [
-        Check("reconcile_processed_the_new_generation", reconcile_saw_new_generation),
-        Check("finally_caught_up", _caught_up),
-        Check("run_completed", _run_completed),
-    ]
-
-
-def settle_vs_generation(mode: QueueMode = "flow") -> Race:
-    settle = Step(
-        "w_settle",
-        "select * from engine.v2_settle(:claim_b, 'completed', '\"b\"')",
-        lambda conn, ctx: v2.settle(conn, ctx.data["claim_b"], "completed", "b"),
-        _receipt,
-    )
-    return Race(
-        f"settle_vs_generation[{mode}]",
-        "B's settlement lands while a reconcile holds generation 1",
-        _b_claimed_setup(mode),
-        {
-            "r": SessionSpec(
-                [
-                    _reconcile_step("r_reconcile"),
-                    Step(
-                        "r_read_work",
-                        "select * from engine.run_work where run_id = :run",
-                        _read_work,
-                        lambda w: (
-                            f"requested {w['requested_generation']}, processed {w['processed_generation']}"
-                        ),
-                    ),
-                    _reconcile_step("r_reconcile_again"),
-                ],
-                ["reconcile.after_work_lock"],
-            ),
-            "w": SessionSpec([settle], ["settle.after_run_lock"]),
-        },
-        [
-            Permutation(
-                "reconcile holds the old generation",
-                [
-                    "hold:reconcile.after_work_lock",
-                    "r_reconcile",
-                    "w_settle",
-                    "release",
-                    "r_read_work",
-                    "r_reconcile_again",
-                    "check",
-                ],
-                _held_old_generation_checks(),
-            ),
-            Permutation(
-                "settlement first",
-                ["hold:settle.after_run_lock", "w_settle", "r_reconcile", "release", "check"],
-                _settled_first_checks(),
-            ),
-        ],
-    )
-
-
-ALL = (double_claim, settle_vs_takeover, two_reconcilers, settle_vs_generation)
-
-
-def all_races(modes: tuple[QueueMode, ...] = ("flow", "step")) -> list[Race]:
-    return [make(mode) for mode in modes for make in ALL]
-
-
-def run_id_of(ctx: RaceContext) -> UUID:
-    run: UUID = ctx.data["run"]
-    return run
+def _chart(result: ScenarioResult) -> None:
+    frame = result.tables.get("steps")
+    if frame is None or frame.empty:
+        return
+    fig, ax = plt.subplots(figsize=(9, 4))
+    labels, data = [], []
+    for (race, perm), group in frame.groupby(["race", "permutation"]):
+        labels.append(f"{race} / {perm}")
+        data.append(group["ms"].tolist())
+    ax.boxplot(data, vert=False)
+    ax.set_yticks(range(1, len(labels) + 1), labels, fontsize=7)
+    ax.set_xlabel("step latency, ms (waits included), all repeats")
+    ax.set_title("Races: per-step latency")
+    fig.tight_layout()
+    result.chart("step_latency", fig)

@@ -1,0 +1,200 @@
+"""What a scenario hands to its notebook and to the bundle: gates, tables, charts, transcripts.
+
+A gate is computed by the scenario from database state read back after the fact; the report
+only displays and saves it. `save(bundle_dir)` writes the JSON sidecar the runner reads
+(`sidecars/<scenario>.json`), every table as CSV (`tables/`) and every chart as PNG (`charts/`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
+
+PASS_STYLE = "background-color: #d4f4dd; color: #0b5d1e; font-weight: bold"
+FAIL_STYLE = "background-color: #fbd5d5; color: #8a1111; font-weight: bold"
+
+
+@dataclass
+class Gate:
+    name: str
+    passed: bool
+    detail: str = ""
+    mode: str = ""
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str
+    title: str
+    parameters: dict[str, Any]
+    gates: list[Gate] = field(default_factory=list)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    charts: dict[str, Figure] = field(default_factory=dict)
+    transcripts: list[str] = field(default_factory=list)
+    timings: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    log_lines: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    # -- building ----------------------------------------------------------------------------
+
+    def gate(self, name: str, passed: bool, detail: str = "", mode: str = "") -> bool:
+        self.gates.append(Gate(name, bool(passed), detail, mode))
+        return bool(passed)
+
+    def table(self, name: str, rows: list[dict[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+        frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+        self.tables[name] = frame
+        return frame
+
+    def append_rows(self, name: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
+        """Add rows to a table (created on first use)."""
+        frame = self.tables.get(name)
+        previous: list[dict[str, Any]] = (
+            [] if frame is None else [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")]
+        )
+        return self.table(name, previous + rows)
+
+    @contextlib.contextmanager
+    def capture_logs(self) -> Iterator[None]:
+        """Collect evidence_lib and psycopg log records into this result (saved under logs/)
+        instead of printing them into the notebook."""
+        handler = _ListHandler(self.log_lines)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        loggers = [logging.getLogger(n) for n in ("evidence_lib", "psycopg")]
+        saved = [(lg.propagate, lg.level) for lg in loggers]
+        for lg in loggers:
+            lg.addHandler(handler)
+            lg.propagate = False
+            lg.setLevel(logging.INFO)
+        try:
+            yield
+        finally:
+            for lg, (propagate, level) in zip(loggers, saved, strict=True):
+                lg.removeHandler(handler)
+                lg.propagate = propagate
+                lg.setLevel(level)
+
+    def timing(self, phase: str, seconds: float, **labels: Any) -> None:
+        self.timings.append({"phase": phase, "ms": seconds * 1000, **labels})
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and bool(self.gates) and all(g.passed for g in self.gates)
+
+    # -- showing -----------------------------------------------------------------------------
+
+    def gates_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(
+            [
+                {
+                    "mode": g.mode,
+                    "gate": g.name,
+                    "verdict": "PASS" if g.passed else "FAIL",
+                    "detail": g.detail,
+                }
+                for g in self.gates
+            ]
+        )
+
+    def gates_table(self) -> Any:
+        """The gate table with a clear pass/fail colour per gate (a pandas Styler)."""
+        frame = self.gates_frame()
+        if frame.empty:
+            return frame
+        return frame.style.map(
+            lambda v: PASS_STYLE if v == "PASS" else FAIL_STYLE if v == "FAIL" else "", subset=["verdict"]
+        ).hide(axis="index")
+
+    def verdict(self) -> str:
+        failed = [f"{g.mode + ': ' if g.mode else ''}{g.name}" for g in self.gates if not g.passed]
+        if self.error:
+            return f"FAIL: the scenario raised {self.error}"
+        if not self.gates:
+            return "FAIL: no gate was computed"
+        return (
+            "PASS: every gate is green"
+            if not failed
+            else f"FAIL: {len(failed)} red gate(s): {', '.join(failed)}"
+        )
+
+    def timing_chart(self, name: str = "timings", title: str | None = None) -> Figure:
+        """Horizontal bars of every measured phase (ms), one colour per label group."""
+        frame = pd.DataFrame(self.timings)
+        fig, ax = plt.subplots(figsize=(9, max(2.5, 0.3 * len(frame) + 1)))
+        if not frame.empty:
+            labels = [
+                " / ".join(str(r[k]) for k in frame.columns if k not in ("ms",)) for _, r in frame.iterrows()
+            ]
+            ax.barh(range(len(frame)), frame["ms"], color="#4c72b0")
+            ax.set_yticks(range(len(frame)), labels, fontsize=8)
+            ax.invert_yaxis()
+        ax.set_xlabel("milliseconds")
+        ax.set_title(title or f"{self.title}: measured phases")
+        fig.tight_layout()
+        return self.chart(name, fig)
+
+    def chart(self, name: str, fig: Figure) -> Figure:
+        """Keep a chart for the notebook and the bundle; closed so it shows only where displayed."""
+        plt.close(fig)
+        self.charts[name] = fig
+        return fig
+
+    # -- saving ------------------------------------------------------------------------------
+
+    def sidecar(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "title": self.title,
+            "parameters": self.parameters,
+            "passed": self.passed,
+            "error": self.error,
+            "gates": [g.__dict__ for g in self.gates],
+            "tables": sorted(self.tables),
+            "charts": sorted(self.charts),
+            "timings": self.timings,
+            "notes": self.notes,
+            "transcripts": self.transcripts,
+        }
+
+    def save(self, bundle_dir: str | Path) -> Path | None:
+        """Write sidecar, tables and charts into the bundle (nothing when bundle_dir is empty)."""
+        if not bundle_dir:
+            return None
+        root = Path(bundle_dir)
+        for sub in ("sidecars", "tables", "charts"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        for name, frame in self.tables.items():
+            frame.to_csv(root / "tables" / f"{self.scenario}__{name}.csv", index=False)
+        for name, fig in self.charts.items():
+            fig.savefig(root / "charts" / f"{self.scenario}__{name}.png", dpi=110)
+        (root / "logs").mkdir(parents=True, exist_ok=True)
+        (root / "logs" / f"{self.scenario}.scenario.log").write_text("\n".join(self.log_lines) + "\n")
+        path = root / "sidecars" / f"{self.scenario}.json"
+        path.write_text(json.dumps(self.sidecar(), indent=2, default=_json_default))
+        return path
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(self.format(record))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return str(value)

@@ -1,0 +1,220 @@
+"""Scenario 1, the A -> B proof: start, claim A, settle A with no reconciler running, lose the
+acknowledgement and replay the same settlement, reconcile in later separately committed calls,
+B created and queued exactly once in its stored queue, settle B, reconcile finalizes the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from evidence_lib import engine_v2 as v2
+from evidence_lib.db import Conn, connect
+from evidence_lib.faults import LostAckProxy, xact_status
+from evidence_lib.flows import AnyFlow, route
+from evidence_lib.jsontypes import Json
+from evidence_lib.report import ScenarioResult
+from evidence_lib.scenarios.common import (
+    QueueMode,
+    define_ab,
+    modes,
+    one,
+    read_step_message,
+    scenario_database,
+    scenario_server,
+    step_of,
+    timed,
+)
+from evidence_lib.scenarios.rows import run_state
+from evidence_lib.worker_v2 import V2Worker
+
+SCENARIO = "01_ab_proof"
+
+
+def _handler(conn: Conn, step: str, payload: Json) -> Json:
+    conn.execute("insert into evidence_effects (step) values (%s)", (step,))  # the handler's effect
+    return {"step": step, "saw": payload}
+
+
+def run(queue_modes: str = "flow,step", database_url: str = "", hooks: str = "") -> ScenarioResult:
+    result = ScenarioResult(SCENARIO, "A -> B proof", {"queue_modes": queue_modes, "hooks": hooks})
+    with result.capture_logs(), scenario_server(database_url) as server:
+        for mode in modes(queue_modes):
+            with scenario_database(server, hooks=hooks) as url:
+                try:
+                    _prove(result, url, mode)
+                except Exception as exc:  # a broken step is a red gate, not a crashed notebook
+                    result.gate("scenario_ran_to_the_end", False, f"{type(exc).__name__}: {exc}", mode)
+    result.timing_chart("phases", "A -> B proof: every phase (ms)")
+    return result
+
+
+def _prove(result: ScenarioResult, url: str, mode: QueueMode) -> None:
+    states: list[dict[str, Any]] = []
+    with connect(url, application_name="ab_proof") as conn:
+        conn.execute("create table evidence_effects (id serial primary key, step text not null)")
+        flow = define_ab(conn, "proof", mode)
+
+        def snap(step: str) -> dict[str, Any]:
+            state = run_state(conn, flow, run_id, step) | {"mode": mode}
+            states.append(state)
+            return state
+
+        with timed(result, "1 start", mode=mode):
+            run_id = v2.start_run(conn, "proof", {"order": 42})
+        snap("1 start")
+        with timed(result, "2 read + claim A", mode=mode):
+            grant = v2.claim(conn, run_id, "A", route(flow, "A"), read_step_message(conn, flow, "A", run_id))
+        assert grant is not None, "A was not granted"
+        snap("2 claim A")
+        with timed(result, "3 handler A", mode=mode):
+            output = _handler(conn, "A", grant.input)
+        with (
+            LostAckProxy(url) as proxy,
+            V2Worker(proxy.url, flow, step_of(flow, "A"), name="proof_worker") as worker,
+        ):
+            proxy.arm()
+            with timed(result, "4 settle A (ack lost, same settlement resubmitted)", mode=mode):
+                record = worker.settle(grant, "completed", output)
+        after_settle = snap("4 settle A: ack lost, replayed; no reconciler yet")
+        attempts = [
+            {
+                "mode": mode,
+                "attempt": a.attempt,
+                "client_result": a.result,
+                "xid": a.xid,
+                "client_view": "indeterminate" if a.indeterminate else (a.verdict or a.result),
+                "server_truth": xact_status(conn, a.xid) if a.xid else None,
+                "error": a.error,
+            }
+            for a in record.attempts
+        ]
+        result.append_rows("settlement_attempts", attempts)
+
+        with timed(result, "5 reconcile call 1 (max_actions 1)", mode=mode):
+            first = v2.reconcile(conn, run_id, 1)
+        after_first = snap("5 reconcile #1 (max_actions 1)")
+        with timed(result, "6 reconcile call 2", mode=mode):
+            v2.reconcile(conn, run_id)
+        after_second = snap("6 reconcile #2")
+        with timed(result, "7 read + claim B", mode=mode):
+            grant_b = v2.claim(
+                conn, run_id, "B", route(flow, "B"), read_step_message(conn, flow, "B", run_id)
+            )
+        assert grant_b is not None, "B was not granted"
+        snap("7 claim B")
+        with (
+            V2Worker(url, flow, step_of(flow, "B"), name="proof_worker_b") as worker_b,
+            timed(result, "8 handler + settle B", mode=mode),
+        ):
+            record_b = worker_b.settle(grant_b, "completed", _handler(conn, "B", grant_b.input))
+        snap("8 settle B")
+        with timed(result, "9 reconcile call 3", mode=mode):
+            v2.reconcile(conn, run_id)
+        final = snap("9 reconcile #3: run finalized")
+        _gates(
+            result,
+            conn,
+            flow,
+            run_id,
+            mode,
+            after_settle,
+            first,
+            after_first,
+            after_second,
+            final,
+            attempts,
+            record_b.final,
+        )
+    result.append_rows("rows_after_every_step", states)
+
+
+def _gates(
+    result: ScenarioResult,
+    conn: Conn,
+    flow: AnyFlow,
+    run_id: UUID,
+    mode: QueueMode,
+    after_settle: dict[str, Any],
+    first: v2.Report,
+    after_first: dict[str, Any],
+    after_second: dict[str, Any],
+    final: dict[str, Any],
+    attempts: list[dict[str, Any]],
+    b_final: str,
+) -> None:
+    b_live = after_settle.get("queue_b", 0) if "queue_b" in after_settle else 0
+    result.gate(
+        "a_committed_with_no_reconciler",
+        after_settle["a_task"] == "completed"
+        and after_settle["settlements"] == 1
+        and after_settle["b_task"] is None
+        and b_live == 0
+        and after_settle["requested"] == 1
+        and after_settle["processed"] == 0,
+        f"A {after_settle['a_task']}, B task {after_settle['b_task']}, work "
+        f"{after_settle['requested']}/{after_settle['processed']}",
+        mode,
+    )
+    lost = attempts[0] if attempts else {}
+    result.gate(
+        "lost_ack_indeterminate_but_committed",
+        lost.get("client_view") == "indeterminate" and lost.get("server_truth") == "committed",
+        f"client: {lost.get('client_view')}, pg_xact_status: {lost.get('server_truth')}",
+        mode,
+    )
+    replayed = attempts[-1]["client_view"] if attempts else None
+    effects = one(conn, "select count(*) from evidence_effects where step = 'A'")
+    result.gate(
+        "same_settlement_replayed_handler_ran_once",
+        replayed == "replayed" and effects == 1 and after_settle["settlements"] == 1,
+        f"resubmission: {replayed}; handler A ran {effects}x; settlements {after_settle['settlements']}",
+        mode,
+    )
+    result.gate(
+        "reconciled_in_separate_commits",
+        first.actions == 1
+        and not first.processed
+        and after_first["b_task"] == "queued"
+        and after_first["b_message_id"] is None
+        and after_second["b_message_id"] is not None
+        and after_second["requested"] == after_second["processed"],
+        f"call 1: {first.actions} action, processed {first.processed}; call 2: B message "
+        f"{after_second['b_message_id']}",
+        mode,
+    )
+    b_tasks = one(
+        conn, "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'", (run_id,)
+    )
+    b_route = one(conn, "select queue_name from engine.steps where flow_slug = 'proof' and step_slug = 'B'")
+    b_snapshot = one(
+        conn, "select queue_name from engine.step_tasks where run_id = %s and step_slug = 'B'", (run_id,)
+    )
+    archived_b = one(
+        conn,
+        f"select count(*) from pgmq.a_{b_route} where message->>'run_id' = %s "
+        "and message->>'step_slug' = 'B'",
+        (str(run_id),),
+    )
+    result.gate(
+        "b_created_and_queued_once_in_its_stored_queue",
+        b_tasks == 1 and archived_b == 1 and b_snapshot == b_route == route(flow, "B"),
+        f"B tasks {b_tasks}, B messages {archived_b} in {b_route} (snapshot {b_snapshot})",
+        mode,
+    )
+    output = one(conn, "select output from engine.runs where run_id = %s", (run_id,))
+    b_output = one(
+        conn, "select output from engine.step_tasks where run_id = %s and step_slug = 'B'", (run_id,)
+    )
+    left = sum(v for k, v in final.items() if k in ("queue", "queue_a", "queue_b"))
+    result.gate(
+        "run_finalized_by_reconciliation",
+        final["run"] == "completed"
+        and output == b_output
+        and final["requested"] == final["processed"] == 2
+        and left == 0
+        and b_final == "accepted",
+        f"run {final['run']}, output = B's result: {output == b_output}, work "
+        f"{final['requested']}/{final['processed']}, messages left {left}",
+        mode,
+    )

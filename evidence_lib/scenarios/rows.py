@@ -1,0 +1,50 @@
+"""Authoritative rows of a v2 run, read back for evidence tables and gates."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from evidence_lib.db import Conn
+from evidence_lib.flows import AnyFlow, route
+from evidence_lib.scenarios.common import one
+
+RUN_STATE = """
+select r.status as run,
+       w.requested_generation as requested, w.processed_generation as processed, w.health,
+       (select status from engine.step_states where run_id = r.run_id and step_slug = 'A') as a_step,
+       (select status from engine.step_tasks where run_id = r.run_id and step_slug = 'A') as a_task,
+       (select status from engine.step_states where run_id = r.run_id and step_slug = 'B') as b_step,
+       (select status from engine.step_tasks where run_id = r.run_id and step_slug = 'B') as b_task,
+       (select message_id from engine.step_tasks where run_id = r.run_id and step_slug = 'B') as b_message_id,
+       (select count(*) from engine.task_claims where run_id = r.run_id) as claims,
+       (select string_agg(state, ',' order by claimed_at) from engine.task_claims
+         where run_id = r.run_id) as claim_states,
+       (select count(*) from engine.task_settlements where run_id = r.run_id) as settlements
+  from engine.runs r join engine.run_work w using (run_id)
+ where r.run_id = %s
+"""
+
+
+def queue_counts(conn: Conn, queue: str, run_id: UUID) -> tuple[int, int]:
+    """(messages of this run in the queue, messages of this run in its archive)."""
+    live = one(conn, f"select count(*) from pgmq.q_{queue} where message->>'run_id' = %s", (str(run_id),))
+    archived = one(conn, f"select count(*) from pgmq.a_{queue} where message->>'run_id' = %s", (str(run_id),))
+    return int(live), int(archived)
+
+
+def run_state(conn: Conn, flow: AnyFlow, run_id: UUID, step: str = "") -> dict[str, Any]:
+    """One row: the run, its work row, A and B step states and tasks, claims, settlements, and
+    its messages in A's and B's routes and archives."""
+    cur = conn.execute(RUN_STATE, (run_id,))
+    names = [d.name for d in cur.description or []]
+    row = cur.fetchone()
+    assert row is not None, f"no run {run_id}"
+    state: dict[str, Any] = {"step": step, **dict(zip(names, row, strict=True))}
+    queue_a, queue_b = route(flow, "A"), route(flow, "B")
+    if queue_a == queue_b:
+        state["queue"], state["archived"] = queue_counts(conn, queue_a, run_id)
+    else:
+        state["queue_a"], state["archived_a"] = queue_counts(conn, queue_a, run_id)
+        state["queue_b"], state["archived_b"] = queue_counts(conn, queue_b, run_id)
+    return state
