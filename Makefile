@@ -12,7 +12,7 @@ SCENARIOS ?=
 REPEAT ?=
 PARAMS ?=
 
-.PHONY: help setup test lint check-schema pytest pgtap evidence bench lab clean
+.PHONY: help setup test lint check-schema pytest pgtap evidence example bench lab clean
 
 help: ## list the targets
 	@echo "Dirty Runs evidence: make <target>"
@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) ## create .venv, install the project, register the Jupyter kernel
 
 lint: $(STAMP) ## ruff + mypy --strict on evidence_lib
-	$(BIN)/ruff check evidence_lib tests
+	$(BIN)/ruff check evidence_lib examples tests
 	$(BIN)/mypy
 
 check-schema: $(STAMP) ## prove migrations/ and sql/ give the same engine catalog
@@ -48,6 +48,9 @@ test: lint check-schema pytest pgtap ## everything CI runs: lint, schema sync, p
 
 evidence: $(STAMP) ## run the evidence notebooks, write a dated bundle (SCENARIOS=races REPEAT=20 PARAMS="queue_modes=step")
 	$(BIN)/python -m evidence_lib evidence $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(REPEAT),--repeat $(REPEAT)) $(foreach p,$(PARAMS),-p $(p)) $(EVIDENCE_ARGS)
+
+example: $(STAMP) ## run the moderation example end to end (plain flow, then private step queues)
+	$(BIN)/python -m examples.moderation
 
 bench: $(STAMP) ## benchmark: raw PGMQ vs the engine on one server, one run
 	$(BIN)/python -m evidence_lib bench

@@ -52,7 +52,7 @@ def _flow(a_seconds: float) -> Flow[Any]:
 def _pools(url: str, flow: AnyFlow, mode: str, workers: int) -> list[Worker]:
     if mode == "flow":
         return [
-            Worker(
+            Worker.serving(
                 url,
                 flow,
                 config=WorkerConfig(concurrency=workers, poll_interval=0.01),
@@ -61,14 +61,14 @@ def _pools(url: str, flow: AnyFlow, mode: str, workers: int) -> list[Worker]:
         ]
     a_share = max(1, workers - workers // 2)
     return [
-        Worker(
+        Worker.serving(
             url,
             flow,
             "A",
             config=WorkerConfig(concurrency=a_share, poll_interval=0.01),
             name="starve_a",
         ),
-        Worker(
+        Worker.serving(
             url,
             flow,
             "B",

@@ -12,11 +12,12 @@ import logging
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any, overload
 
 import psycopg
 
 from evidence_lib import engine
-from evidence_lib.flows import AnyFlow
+from evidence_lib.flows import AnyFlow, Flow, S, StepQueuedFlow
 from evidence_lib.jsontypes import Json
 from evidence_lib.messages import UnsupportedMessage, parse_task_message
 from evidence_lib.worker_base import WorkerBase
@@ -45,6 +46,30 @@ class WorkerStats:
 
 class Worker(WorkerBase):
     """A v1 worker for one plain flow, or for one step of a step-queued flow."""
+
+    @overload
+    def __init__(
+        self,
+        url: str,
+        flow: Flow[Any],
+        step: None = None,
+        *,
+        config: WorkerConfig | None = None,
+        logger: logging.Logger | None = None,
+        name: str = "worker",
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        url: str,
+        flow: StepQueuedFlow[S],
+        step: S,
+        *,
+        config: WorkerConfig | None = None,
+        logger: logging.Logger | None = None,
+        name: str = "worker",
+    ) -> None: ...
 
     def __init__(
         self,

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Self
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -44,6 +44,14 @@ class WorkerBase:
         self._pool: ConnectionPool[Any] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._futures: set[Future[None]] = set()
+
+    @classmethod
+    def serving(cls, url: str, flow: AnyFlow, step: str | None = None, **options: Any) -> Self:
+        """A worker for a flow whose mode is only known at run time: the step selector is
+        checked by `resolve_queue` (StepSelectorError) instead of by the type checker."""
+        make: Any = cls
+        worker: Self = make(url, flow, step, **options)
+        return worker
 
     def __enter__(self) -> WorkerBase:
         self._pool = ConnectionPool(

@@ -21,7 +21,7 @@ from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal
+from typing import Any, Literal, overload
 from uuid import UUID
 
 import psycopg
@@ -29,7 +29,7 @@ import psycopg
 from evidence_lib import engine
 from evidence_lib import engine_v2 as v2
 from evidence_lib.db import Conn
-from evidence_lib.flows import AnyFlow
+from evidence_lib.flows import AnyFlow, Flow, S, StepQueuedFlow
 from evidence_lib.jsontypes import Json
 from evidence_lib.messages import UnsupportedMessage, parse_task_message
 from evidence_lib.worker_base import WorkerBase
@@ -97,6 +97,30 @@ select pg_current_xact_id()::text,
 
 class V2Worker(WorkerBase):
     """A Dirty Runs v2 worker for one plain flow, or for one step of a step-queued flow."""
+
+    @overload
+    def __init__(
+        self,
+        url: str,
+        flow: Flow[Any],
+        step: None = None,
+        *,
+        config: WorkerConfig | None = None,
+        logger: logging.Logger | None = None,
+        name: str = "v2_worker",
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        url: str,
+        flow: StepQueuedFlow[S],
+        step: S,
+        *,
+        config: WorkerConfig | None = None,
+        logger: logging.Logger | None = None,
+        name: str = "v2_worker",
+    ) -> None: ...
 
     def __init__(
         self,

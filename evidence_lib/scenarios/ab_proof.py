@@ -71,7 +71,7 @@ def _prove(result: ScenarioResult, url: str, mode: QueueMode) -> None:
             output = _handler(conn, "A", grant.input)
         with (
             LostAckProxy(url) as proxy,
-            V2Worker(proxy.url, flow, step_of(flow, "A"), name="proof_worker") as worker,
+            V2Worker.serving(proxy.url, flow, step_of(flow, "A"), name="proof_worker") as worker,
         ):
             proxy.arm()
             with timed(result, "4 settle A (ack lost, same settlement resubmitted)", mode=mode):
@@ -104,7 +104,7 @@ def _prove(result: ScenarioResult, url: str, mode: QueueMode) -> None:
         assert grant_b is not None, "B was not granted"
         snap("7 claim B")
         with (
-            V2Worker(url, flow, step_of(flow, "B"), name="proof_worker_b") as worker_b,
+            V2Worker.serving(url, flow, step_of(flow, "B"), name="proof_worker_b") as worker_b,
             timed(result, "8 handler + settle B", mode=mode),
         ):
             record_b = worker_b.settle(grant_b, "completed", _handler(conn, "B", grant_b.input))

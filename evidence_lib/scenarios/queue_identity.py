@@ -139,7 +139,7 @@ def _big_ids(result: ScenarioResult, url: str) -> None:
         conn.execute(f"alter table pgmq.q_big__a alter column msg_id restart with {big}")  # setup only
         conn.execute(f"alter table pgmq.q_big__b alter column msg_id restart with {big + 2}")
         run_id = v2.start_run(conn, "big", {"x": 1})
-        with V2Worker(url, flow, "A") as wa, V2Worker(url, flow, "B") as wb:
+        with V2Worker.serving(url, flow, "A") as wa, V2Worker.serving(url, flow, "B") as wb:
             wa.poll(wait_for_handlers=True)
             Reconciler(url).drain()
             wb.poll(wait_for_handlers=True)
@@ -174,7 +174,7 @@ def _unknown_messages(result: ScenarioResult, url: str) -> None:
         for body in bodies:
             conn.execute("select pgmq.send('intact__a', %s::jsonb)", (body,))
         before = snapshot(conn)
-        with V2Worker(url, flow, "A") as w:
+        with V2Worker.serving(url, flow, "A") as w:
             while w.poll(wait_for_handlers=True):
                 pass
         changed = diff(before, snapshot(conn))
@@ -204,7 +204,7 @@ def _selectors(result: ScenarioResult, url: str) -> None:
     table = []
     for label, flow, step in cases:
         try:
-            w = Worker("dbname=never_contacted", flow, step)
+            w = Worker.serving("dbname=never_contacted", flow, step)
             table.append({"case": label, "outcome": f"reads {w.queue}"})
         except StepSelectorError as exc:
             table.append({"case": label, "outcome": f"StepSelectorError: {exc}"})

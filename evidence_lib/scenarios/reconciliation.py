@@ -187,8 +187,8 @@ def _poison(result: ScenarioResult, url: str, mode: QueueMode) -> None:
         thread.start()
         try:
             with (
-                V2Worker(url, healthy_flow, step_of(healthy_flow, "A"), name="healthy_a") as wa,
-                V2Worker(url, healthy_flow, step_of(healthy_flow, "B"), name="healthy_b") as wb,
+                V2Worker.serving(url, healthy_flow, step_of(healthy_flow, "A"), name="healthy_a") as wa,
+                V2Worker.serving(url, healthy_flow, step_of(healthy_flow, "B"), name="healthy_b") as wb,
                 timed(result, "poisoned run to attention while 5 others complete", mode=mode),
             ):
                 while True:

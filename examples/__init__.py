@@ -1,0 +1,1 @@
+"""Downstream applications that validate the engine in use."""

@@ -1,0 +1,3 @@
+from examples.moderation.run import main
+
+raise SystemExit(main())
