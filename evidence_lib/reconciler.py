@@ -10,24 +10,32 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row
 
 from evidence_lib import engine_v2 as v2
 from evidence_lib.db import Conn, ServerUnavailable, connect
+from evidence_lib.timing import CallTimes
 from evidence_lib.worker_common import SafeLog
 
-DUE_RUNS = """
-select run_id
+DUE = """
   from engine.run_work
  where requested_generation > processed_generation
    and health <> 'attention'
    and (health <> 'backoff' or next_attempt_at <= clock_timestamp())
- order by next_attempt_at nulls first, run_id
- limit %s
+   and run_id <> all (%(skip)s::uuid[])
 """
+DUE_RUNS = "select run_id" + DUE + " order by next_attempt_at nulls first, run_id limit %(limit)s"
+# one due run and its reconcile in one statement: still one run per call, one transaction
+RECONCILE_NEXT = (
+    "select r.* from (select run_id" + DUE + " order by next_attempt_at nulls first, run_id limit 1) d"
+    " cross join lateral engine.v2_reconcile(d.run_id, %(max_actions)s) r"
+)
 
 
 @dataclass
@@ -60,38 +68,74 @@ class Reconciler:
         self.log = SafeLog(logger or logging.getLogger("evidence_lib.reconciler"))
         self.stats = ReconcilerStats()
         self._stop = threading.Event()
+        self.timings: CallTimes | None = None  # set to a CallTimes to measure every SQL call
+        self.refused: set[UUID] = set()  # runs whose reconcile was refused: skipped from then on
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        if self.timings is None:
+            yield
+            return
+        with self.timings.time(name):
+            yield
 
     def due_runs(self, conn: Conn) -> list[UUID]:
-        return [r[0] for r in conn.execute(DUE_RUNS, (self.batch,)).fetchall()]
+        """The runs that are due now (dirty, not in attention, backoff over), oldest first."""
+        with self.timed("reconcile.due_runs"):
+            rows = conn.execute(DUE_RUNS, {"skip": list(self.refused), "limit": self.batch}).fetchall()
+        return [r[0] for r in rows]
+
+    def reconcile_next(self, conn: Conn) -> v2.Report | None:
+        """Reconcile the next due run (None: nothing is due). A run whose reconcile is refused
+        (DR005, ...) is remembered and skipped, so it never blocks the others."""
+        try:
+            with self.timed("v2_reconcile"), conn.cursor(row_factory=class_row(v2.Report)) as cur:
+                report = cur.execute(
+                    RECONCILE_NEXT, {"skip": list(self.refused), "max_actions": self.max_actions}
+                ).fetchone()
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            run_id = self._refused_run(conn)
+            if run_id is not None:
+                self.refused.add(run_id)
+            self.stats.errors.append(f"{run_id}: [{exc.sqlstate}] {exc.diag.message_primary}")
+            self.log(
+                logging.ERROR,
+                "reconcile_refused",
+                f"run {run_id}: reconcile refused [{exc.sqlstate}] {exc.diag.message_primary}; "
+                "skipped from now on",
+            )
+            return None
+        if report is None:
+            return None
+        self.stats.calls += 1
+        self.stats.actions += report.actions
+        self.stats.reports[report.health] += 1
+        if report.health != "clean":
+            self.log(
+                logging.WARNING,
+                "run_unhealthy",
+                f"run {report.run_id}: health {report.health} after reconcile",
+                run_id=str(report.run_id),
+            )
+        return report
+
+    def _refused_run(self, conn: Conn) -> UUID | None:
+        """The run the failed statement picked: the first due run in the same order."""
+        runs = self.due_runs(conn)
+        return runs[0] if runs else None
 
     def pass_once(self, conn: Conn) -> int:
-        """Reconcile every due run once; returns how many calls were made."""
-        runs = self.due_runs(conn)
+        """Reconcile due runs until none is due or `batch` calls were made; returns the calls."""
         self.stats.passes += 1
-        for run_id in runs:
-            try:
-                report = v2.reconcile(conn, run_id, self.max_actions)
-            except psycopg.OperationalError:
-                raise
-            except psycopg.Error as exc:  # a refusal (DR005, ...) is about that run only
-                self.stats.errors.append(f"{run_id}: [{exc.sqlstate}] {exc.diag.message_primary}")
-                self.log(
-                    logging.ERROR,
-                    "reconcile_refused",
-                    f"run {run_id}: reconcile refused [{exc.sqlstate}] {exc.diag.message_primary}",
-                )
-                continue
-            self.stats.calls += 1
-            self.stats.actions += report.actions
-            self.stats.reports[report.health] += 1
-            if report.health != "clean":
-                self.log(
-                    logging.WARNING,
-                    "run_unhealthy",
-                    f"run {run_id}: health {report.health} after reconcile",
-                    run_id=str(run_id),
-                )
-        return len(runs)
+        calls = 0
+        while calls < self.batch:
+            refused = len(self.refused)
+            if self.reconcile_next(conn) is None and len(self.refused) == refused:
+                break  # nothing due (a refused run is skipped and the pass goes on)
+            calls += 1
+        return calls
 
     def drain(self) -> None:
         """Reconcile until no run is due (runs in backoff or attention are left as they are)."""
@@ -104,9 +148,13 @@ class Reconciler:
         while not self._stop.is_set():
             try:
                 with connect(self.url, application_name=self.name) as conn:
+                    idle = self.poll_interval
                     while not self._stop.is_set():
-                        if self.pass_once(conn) == 0:
-                            self._stop.wait(self.poll_interval)
+                        if self.pass_once(conn) == 0:  # nothing due: back off up to 16x the interval
+                            self._stop.wait(idle)
+                            idle = min(idle * 2, self.poll_interval * 16)
+                        else:
+                            idle = self.poll_interval
             except (psycopg.OperationalError, ServerUnavailable) as exc:
                 self.stats.errors.append(f"transport: {exc}")
                 self.log(logging.ERROR, "TransportError", f"reconciler {self.name}: {exc}")

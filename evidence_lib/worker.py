@@ -98,9 +98,11 @@ class Worker(WorkerBase):
             return 0
         try:
             with self.pool.connection() as conn:
-                messages = engine.read_messages(conn, self.queue, self.config.visibility_timeout, free)
+                with self.timed("pgmq.read"):
+                    messages = engine.read_messages(conn, self.queue, self.config.visibility_timeout, free)
                 ids = self._ours(messages)
-                grants = engine.start_tasks(conn, self.queue, ids) if ids else []
+                with self.timed("start_tasks"):
+                    grants = engine.start_tasks(conn, self.queue, ids) if ids else []
         except psycopg.OperationalError as exc:
             self._error(TransportError(f"reading {self.queue}: {exc}"))
             return 0
@@ -177,7 +179,10 @@ class Worker(WorkerBase):
                         engine.fail_task(conn, grant.run_id, grant.step_slug, grant.task_index, error)
                         self.stats.failed += 1
                     else:
-                        engine.complete_task(conn, grant.run_id, grant.step_slug, grant.task_index, output)
+                        with self.timed("complete_task"):
+                            engine.complete_task(
+                                conn, grant.run_id, grant.step_slug, grant.task_index, output
+                            )
                         self.stats.completed += 1
                 return
             except psycopg.OperationalError as exc:

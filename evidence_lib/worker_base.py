@@ -15,6 +15,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from evidence_lib.flows import AnyFlow
+from evidence_lib.timing import CallTimes
 from evidence_lib.worker_common import SafeLog, WorkerConfig, resolve_queue
 
 
@@ -41,9 +42,11 @@ class WorkerBase:
         self._closing = False
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.config.concurrency)
+        self._slot_freed = threading.Event()
         self._pool: ConnectionPool[Any] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._futures: set[Future[None]] = set()
+        self.timings: CallTimes | None = None  # set to a CallTimes to measure every SQL call
 
     @classmethod
     def serving(cls, url: str, flow: AnyFlow, step: str | None = None, **options: Any) -> Self:
@@ -99,6 +102,10 @@ class WorkerBase:
         """Poll until shutdown (SIGINT/SIGTERM when `handle_signals` in the main thread)."""
         with self._signals(handle_signals):
             while not self._stop.is_set():
+                self._slot_freed.clear()
+                if self.free_slots() == 0:  # every slot busy: wake up when one frees, not later
+                    self._slot_freed.wait(self.config.poll_interval)
+                    continue
                 try:
                     idle = self.poll() == 0
                 except psycopg.OperationalError as exc:
@@ -132,6 +139,7 @@ class WorkerBase:
                 job()
             finally:
                 self._slots.release()
+                self._slot_freed.set()
 
         future = self._executor.submit(guarded)
         with self._lock:
@@ -142,6 +150,15 @@ class WorkerBase:
     def _forget(self, future: Future[None]) -> None:
         with self._lock:
             self._futures.discard(future)
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        """Measure one SQL round trip when `timings` is set (the benchmarks set it)."""
+        if self.timings is None:
+            yield
+            return
+        with self.timings.time(name):
+            yield
 
     @property
     def closing(self) -> bool:

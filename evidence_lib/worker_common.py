@@ -96,6 +96,12 @@ class SafeLog:
         self.logger = logger
         self.failures = 0
 
+    def enabled(self, level: int) -> bool:
+        try:
+            return self.logger.isEnabledFor(level)
+        except Exception:
+            return True
+
     def __call__(self, level: int, event: str, message: str, **fields: Any) -> None:
         try:
             self.logger.log(level, message, extra={"event": event, **fields})

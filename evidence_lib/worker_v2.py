@@ -13,6 +13,7 @@ counts as success; `conflict`, `stale` and `terminal` are reported as what they 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import time
 from collections import Counter
@@ -25,6 +26,7 @@ from typing import Any, Literal, overload
 from uuid import UUID
 
 import psycopg
+from psycopg import sql
 
 from evidence_lib import engine
 from evidence_lib import engine_v2 as v2
@@ -85,14 +87,26 @@ class V2WorkerStats:
     errors: list[str] = field(default_factory=list)
 
 
-ATTEMPT_OPEN = """
+# One message, one round trip: BEGIN, the transaction id and statement_timeout = the time left
+# by the server's clock, and the settlement. COMMIT goes alone afterwards, so the client knows
+# the xid before the commit can be lost. Values are quoted client-side (psycopg.sql.Literal).
+ATTEMPT = sql.SQL("""begin;
 select pg_current_xact_id()::text,
        set_config('statement_timeout',
-                  greatest(1, floor(extract(epoch from %(lease)s::timestamptz - clock_timestamp())
+                  greatest(1, floor(extract(epoch from {lease}::timestamptz - clock_timestamp())
                                     * 1000))::bigint::text,
                   true),
-       extract(epoch from %(lease)s::timestamptz - clock_timestamp())::float8
-"""
+       extract(epoch from {lease}::timestamptz - clock_timestamp())::float8;
+select * from engine.v2_settle({claim}::uuid, {outcome}, {result}::jsonb)""")
+
+
+def _attempt_sql(grant: v2.Grant, outcome: v2.Outcome, result: Json) -> sql.Composed:
+    return ATTEMPT.format(
+        lease=sql.Literal(grant.lease_expires_at.isoformat()),
+        claim=sql.Literal(str(grant.claim_id)),
+        outcome=sql.Literal(outcome),
+        result=sql.Literal(json.dumps(result, allow_nan=False)),
+    )
 
 
 class V2Worker(WorkerBase):
@@ -166,7 +180,8 @@ class V2Worker(WorkerBase):
         read = 0
         with self.pool.connection() as conn:
             for _ in range(free):
-                messages = engine.read_messages(conn, self.queue, self.config.visibility_timeout, 1)
+                with self.timed("pgmq.read"):
+                    messages = engine.read_messages(conn, self.queue, self.config.visibility_timeout, 1)
                 if not messages:
                     break
                 read += 1
@@ -201,7 +216,8 @@ class V2Worker(WorkerBase):
             )
             return None
         try:
-            grant = v2.claim(conn, task.run_id, task.step_slug, self.queue, mid)
+            with self.timed("v2_claim"):
+                grant = v2.claim(conn, task.run_id, task.step_slug, self.queue, mid)
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
@@ -301,23 +317,35 @@ class V2Worker(WorkerBase):
             # the first attempt uses the pool; after a transport error the worker reconnects
             with self._settle_connection(fresh=attempt > 1) as conn:
                 stage = "open"
-                with conn.transaction():
-                    row = conn.execute(ATTEMPT_OPEN, {"lease": grant.lease_expires_at}).fetchone()
-                    assert row is not None
+                try:
+                    with self.timed("settle.open+v2_settle"):
+                        cur = conn.execute(_attempt_sql(grant, outcome, result))
+                        cur.nextset()  # past BEGIN
+                        row = cur.fetchone()
+                        cur.nextset()
+                        settle_row = cur.fetchone()
+                    assert row is not None and settle_row is not None
                     rec.xid = str(row[0])
                     if float(row[2]) <= 0:
                         raise DeadlineExceeded(f"claim {grant.claim_id}: no time left by the server clock")
                     stage = "settle"
-                    receipt = v2.settle(conn, grant.claim_id, outcome, result)
+                    receipt = v2.Receipt(*settle_row)
                     rec.verdict = receipt.verdict
-                    stage = "commit"
-            self.log(
-                logging.INFO,
-                "settled",
-                f"claim {grant.claim_id}: {receipt.verdict} "
-                f"(attempt {attempt}, generation {receipt.generation})",
-                claim_id=str(grant.claim_id),
-            )
+                except BaseException:
+                    if not conn.closed and not conn.broken:
+                        conn.execute("rollback")
+                    raise
+                stage = "commit"
+                with self.timed("settle.commit"):
+                    conn.execute("commit")
+            if self.log.enabled(logging.INFO):  # the hot path builds no message nobody reads
+                self.log(
+                    logging.INFO,
+                    "settled",
+                    f"claim {grant.claim_id}: {receipt.verdict} "
+                    f"(attempt {attempt}, generation {receipt.generation})",
+                    claim_id=str(grant.claim_id),
+                )
         except (DeadlineExceeded, psycopg.errors.QueryCanceled) as exc:
             rec.result, rec.error = "deadline", str(exc).strip()
             self._error(DeadlineExceeded(f"claim {grant.claim_id} attempt {attempt}: {rec.error}"))

@@ -1,5 +1,7 @@
 -- flows: one row per flow definition; its options are the defaults of its steps.
 -- Every flow reserves its default queue name lower(flow_slug), whatever its queue_mode.
+-- definition_hash caches engine._definition_hash(flow_slug); triggers on flows, steps and deps
+-- keep it current in the same transaction as any change, direct writes included.
 create table engine.flows (
   flow_slug text not null,
   max_attempts integer not null default 3,
@@ -7,6 +9,7 @@ create table engine.flows (
   timeout integer not null default 60,
   created_at timestamptz not null default clock_timestamp(),
   queue_mode text not null default 'flow',
+  definition_hash text,
   constraint flows_are_identified_by_slug primary key (flow_slug),
   constraint flow_slug_is_a_valid_slug
     check (flow_slug ~ '^[A-Za-z_][A-Za-z0-9_]*$' and length(flow_slug) <= 128),

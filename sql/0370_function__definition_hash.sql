@@ -1,6 +1,7 @@
 -- _definition_hash: the identity of a flow's live definition (options, mode, every step with
 -- its position, options, route and dependencies). A v2 run records it at start; claims and
--- reconciliation refuse (DR005) when the live definition no longer matches.
+-- reconciliation refuse (DR005) when the live definition no longer matches. The value is
+-- cached in engine.flows.definition_hash by triggers (_refresh_definition_hash).
 create function engine._definition_hash(flow_slug text)
 returns text
 language sql stable

@@ -78,6 +78,8 @@ begin
   if v_flow.queue_mode = 'flow' then
     perform engine._ensure_queue(pg_catalog.lower(create_flow.flow_slug));
   end if;
+  -- the row as the triggers left it (definition_hash is filled in after the insert)
+  select f.* into strict v_flow from engine.flows as f where f.flow_slug = create_flow.flow_slug;
   return v_flow;
 end;
 $$;

@@ -93,7 +93,7 @@ begin
   insert into engine.runs (run_id, flow_slug, status, input, remaining_steps, started_at, protocol,
                            definition_hash)
   values (v_run_id, v2_start_run.flow_slug, 'started', v2_start_run.input, v_steps, v_now, 'v2',
-          engine._definition_hash(v2_start_run.flow_slug));
+          (select f.definition_hash from engine.flows as f where f.flow_slug = v2_start_run.flow_slug));
   insert into engine.run_work (run_id) values (v_run_id);
   insert into engine.step_states (run_id, step_slug, flow_slug, status, remaining_deps, created_at,
                                   started_at)

@@ -36,7 +36,8 @@ begin
   -- lock the run, then the work row, in the contract's order
   select r.* into strict v_run from engine.runs as r where r.run_id = v2_claim.run_id for no key update;
   perform engine._hook('claim.after_run_lock');
-  if v_run.definition_hash is distinct from engine._definition_hash(v_run.flow_slug) then
+  if v_run.definition_hash is distinct from
+       (select f.definition_hash from engine.flows as f where f.flow_slug = v_run.flow_slug) then
     raise exception 'run %: the live definition of flow % differs from the one the run started with',
       v2_claim.run_id, v_run.flow_slug
       using errcode = 'DR005';
@@ -95,8 +96,7 @@ begin
                                   message_id, claimed_at, lease_expires_at, timeout, max_attempts,
                                   start_delay, state)
   values (v_claim_id, v2_claim.run_id, v2_claim.step_slug, 0,
-          (select pg_catalog.count(*) + 1 from engine.task_claims as c
-            where c.run_id = v2_claim.run_id and c.step_slug = v2_claim.step_slug),
+          v_task.attempts_count,  -- a v2 task is claimed once (max_attempts 1); takeovers number on
           v_task.queue_name, v_task.message_id, v_now, v_lease, v_policy.timeout,
           v_policy.max_attempts, v_policy.start_delay, 'current');
 

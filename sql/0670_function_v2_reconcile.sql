@@ -53,7 +53,8 @@ begin
   end if;
 
   select r.* into strict v_run from engine.runs as r where r.run_id = v2_reconcile.run_id for no key update;
-  if v_run.definition_hash is distinct from engine._definition_hash(v_run.flow_slug) then
+  if v_run.definition_hash is distinct from
+       (select f.definition_hash from engine.flows as f where f.flow_slug = v_run.flow_slug) then
     raise exception 'run %: the live definition of flow % differs from the one the run started with',
       v2_reconcile.run_id, v_run.flow_slug
       using errcode = 'DR005';

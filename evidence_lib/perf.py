@@ -1,0 +1,193 @@
+"""Throughput on one server in one run: raw PGMQ, v1 and v2 through their real workers.
+
+- raw PGMQ: `connections` loops of send + read + archive (one message each): the bound;
+- v1 A -> B: a producer (`start_flow`) and `workers` v1 Workers;
+- v2 A -> B: a producer (`v2_start_run`), `workers` V2Workers and a reconciler driver.
+Every participant is its own process (`perf_procs`), the raw loops included.
+Each case warms up, then measures a fixed window: units done (read back from the database),
+every SQL call's latency (client side), round trips per unit, and the server's CPU time (the
+postmaster's process tree, when the server is local).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from evidence_lib.db import Server, connect
+from evidence_lib.flows import compile_flow
+from evidence_lib.perf_procs import Spec, run_case
+from evidence_lib.scenarios.common import QueueMode, ab_flow, one
+from evidence_lib.timing import CallTimes
+
+BACKLOG_PER_WORKER = 8  # runs the producer keeps in flight per worker
+
+
+@dataclass
+class Throughput:
+    case: str
+    workers: int
+    seconds: float
+    units: int
+    unit: str
+    calls: CallTimes
+    server_cpu_s: float | None
+    connections: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def per_second(self) -> float:
+        return self.units / self.seconds if self.seconds else 0.0
+
+    @property
+    def round_trips_per_unit(self) -> float:
+        total = sum(len(v) for v in self.calls.samples.values())
+        return total / self.units if self.units else float("nan")
+
+    @property
+    def cpu_ms_per_unit(self) -> float | None:
+        return None if self.server_cpu_s is None or not self.units else self.server_cpu_s * 1000 / self.units
+
+
+class ServerCpu:
+    """CPU seconds used by the server's processes (only for a local, embedded server)."""
+
+    def __init__(self, server: Server) -> None:
+        self.root: psutil.Process | None = None
+        if server.kind == "embedded" and server.data_dir is not None:
+            pid = int(Path(server.data_dir, "postmaster.pid").read_text().splitlines()[0])
+            self.root = psutil.Process(pid)
+
+    def seconds(self) -> float | None:
+        if self.root is None:
+            return None
+        root = self.root.cpu_times()  # children_* holds the backends that already exited
+        total = root.user + root.system + root.children_user + root.children_system
+        for proc in self.root.children(recursive=True):
+            try:
+                t = proc.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                continue
+        return total
+
+
+def _measure(
+    server: Server, url: str, specs: list[Spec], count_sql: str, warmup: float, seconds: float
+) -> dict[str, Any]:
+    cpu = ServerCpu(server)
+    with run_case(url, specs) as (handle, finish), connect(url, application_name="perf_window") as conn:
+        time.sleep(warmup)  # warm-up: processes connected, plans cached (not an ordering)
+        handle.reset.set()
+        units0, cpu0, client0, t0 = (
+            int(one(conn, count_sql)),
+            cpu.seconds(),
+            handle.cpu_seconds(),
+            time.perf_counter(),
+        )
+        time.sleep(seconds)  # the measuring window
+        units1, cpu1, client1, t1 = (
+            int(one(conn, count_sql)),
+            cpu.seconds(),
+            handle.cpu_seconds(),
+            time.perf_counter(),
+        )
+        calls, errors = finish()
+    return {
+        "units": units1 - units0,
+        "seconds": t1 - t0,
+        "calls": calls,
+        "errors": errors,
+        "server_cpu": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+        "client_cpu": client1 - client0,
+    }
+
+
+def _result(case: str, workers: int, unit: str, specs: list[Spec], out: dict[str, Any]) -> Throughput:
+    return Throughput(
+        case,
+        workers,
+        out["seconds"],
+        out["units"],
+        unit,
+        out["calls"],
+        out["server_cpu"],
+        len(specs),
+        {"client_cpu_s": out["client_cpu"], "errors": out["errors"]},
+    )
+
+
+def raw_pgmq(server: Server, url: str, connections: int, seconds: float, warmup: float = 1.5) -> Throughput:
+    with connect(url) as conn:
+        conn.execute("select pgmq.create('perf_raw')")
+    specs: list[Spec] = [("raw", {"queue": "perf_raw"}) for _ in range(connections)]
+    out = _measure(server, url, specs, "select count(*) from pgmq.a_perf_raw", warmup, seconds)
+    return _result("raw PGMQ send+read+archive", connections, "msgs", specs, out)
+
+
+def v1_runs(server: Server, url: str, workers: int, seconds: float, warmup: float = 1.5) -> Throughput:
+    slug = "perf_v1"
+    with connect(url) as conn:
+        compile_flow(conn, ab_flow(slug, "flow"))
+    specs: list[Spec] = [
+        ("producer", {"slug": slug, "protocol": "v1", "in_flight": BACKLOG_PER_WORKER * workers})
+    ]
+    specs += [
+        ("worker", {"slug": slug, "mode": "flow", "protocol": "v1", "name": f"perf_v1_{i}"})
+        for i in range(workers)
+    ]
+    out = _measure(
+        server,
+        url,
+        specs,
+        f"select count(*) from engine.runs where flow_slug = '{slug}' and status = 'completed'",
+        warmup,
+        seconds,
+    )
+    return _result("v1 A -> B runs", workers, "runs", specs, out)
+
+
+def v2_runs(
+    server: Server,
+    url: str,
+    workers: int,
+    seconds: float,
+    mode: QueueMode = "flow",
+    reconcilers: int = 1,
+    warmup: float = 1.5,
+) -> Throughput:
+    slug = f"perf_v2_{mode}"
+    with connect(url) as conn:
+        compile_flow(conn, ab_flow(slug, mode))
+    steps: list[str | None] = [None] if mode == "flow" else ["A", "B"]
+    count = max(workers, len(steps))
+    specs: list[Spec] = [
+        ("producer", {"slug": slug, "protocol": "v2", "in_flight": BACKLOG_PER_WORKER * count})
+    ]
+    specs += [
+        (
+            "worker",
+            {
+                "slug": slug,
+                "mode": mode,
+                "protocol": "v2",
+                "step": steps[i % len(steps)],
+                "name": f"perf_v2_{i}",
+            },
+        )
+        for i in range(count)
+    ]
+    specs += [("reconciler", {"name": f"perf_reconciler_{i}"}) for i in range(reconcilers)]
+    out = _measure(
+        server,
+        url,
+        specs,
+        f"select count(*) from engine.runs where flow_slug = '{slug}' and status = 'completed'",
+        warmup,
+        seconds,
+    )
+    return _result(f"v2 A -> B runs ({mode} mode)", count, "runs", specs, out)

@@ -1,0 +1,178 @@
+"""The participants of a throughput case, each in its own process (as deployed: producers,
+workers and reconcilers are separate processes, each with its own interpreter and GIL).
+
+`run_case` starts them, waits until all are connected, lets the caller measure a window, then
+stops them and collects their per-call timings and CPU time.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from evidence_lib.timing import CallTimes
+
+Spec = tuple[str, dict[str, Any]]  # (kind, options)
+
+
+def _raw_loop(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
+    from evidence_lib.db import connect
+
+    queue = opts["queue"]
+    with connect(url, application_name="perf_raw") as conn:
+        while not stop.is_set():
+            with times.time("pgmq.send"):
+                conn.execute("select pgmq.send(%s, '{}')", (queue,))
+            with times.time("pgmq.read"):
+                rows = conn.execute("select msg_id from pgmq.read(%s, 30, 1)", (queue,)).fetchall()
+            for (mid,) in rows:
+                with times.time("pgmq.archive"):
+                    conn.execute("select pgmq.archive(%s, %s::bigint)", (queue, mid))
+
+
+def _producer(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
+    from evidence_lib import engine, engine_v2
+    from evidence_lib.db import connect
+
+    slug, limit = opts["slug"], opts["in_flight"]
+    start = engine_v2.start_run if opts["protocol"] == "v2" else engine.start_flow
+    name = "v2_start_run" if opts["protocol"] == "v2" else "start_flow"
+    with connect(url, application_name="perf_producer") as conn:
+        while not stop.is_set():
+            row = conn.execute(
+                "select count(*) from engine.runs where flow_slug = %s and status = 'started'", (slug,)
+            ).fetchone()
+            if row is not None and row[0] >= limit:
+                stop.wait(0.002)  # backlog full: let the workers catch up
+                continue
+            for _ in range(max(1, limit // 2)):
+                with times.time(name):
+                    start(conn, slug, {"n": 1})
+
+
+def _worker(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
+    from evidence_lib.scenarios.common import ab_flow
+    from evidence_lib.worker import Worker
+    from evidence_lib.worker_common import WorkerConfig
+    from evidence_lib.worker_v2 import V2Worker
+
+    flow = ab_flow(opts["slug"], opts["mode"])
+    cls = V2Worker if opts["protocol"] == "v2" else Worker
+    worker = cls.serving(
+        url,
+        flow,
+        opts.get("step"),
+        name=opts["name"],
+        config=WorkerConfig(concurrency=1, poll_interval=0.005, visibility_timeout=5),
+    )
+    with worker:
+        worker.timings = times
+        _on_stop(stop, worker.request_shutdown)
+        worker.run(handle_signals=False)
+
+
+def _reconciler(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
+    from evidence_lib.reconciler import Reconciler
+
+    driver = Reconciler(url, poll_interval=0.005, name=opts["name"])
+    driver.timings = times
+    _on_stop(stop, driver.stop)
+    driver.run()
+
+
+def _on_stop(stop: Any, action: Callable[[], None]) -> None:
+    def watch() -> None:
+        stop.wait()
+        action()
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+KINDS: dict[str, Callable[[str, dict[str, Any], Any, CallTimes], None]] = {
+    "raw": _raw_loop,
+    "producer": _producer,
+    "worker": _worker,
+    "reconciler": _reconciler,
+}
+
+
+def _main(kind: str, url: str, opts: dict[str, Any], stop: Any, reset: Any, ready: Any, out: Any) -> None:
+    times = CallTimes()
+    threading.Thread(target=_resetter, args=(reset, times), daemon=True).start()
+    ready.wait()
+    try:
+        KINDS[kind](url, opts, stop, times)
+        out.put((kind, dict(times.samples), None))
+    except BaseException as exc:
+        out.put((kind, dict(times.samples), f"{type(exc).__name__}: {exc}"))
+
+
+def _resetter(reset: Any, times: CallTimes) -> None:
+    reset.wait()
+    times.samples.clear()  # the measuring window starts now
+
+
+@dataclass
+class CaseHandle:
+    reset: Any
+    processes: list[Any]
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for p in self.processes:
+            try:
+                t = psutil.Process(p.pid).cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                continue
+        return total
+
+
+@contextmanager
+def run_case(
+    url: str, specs: list[Spec]
+) -> Iterator[tuple[CaseHandle, Callable[[], tuple[CallTimes, list[str]]]]]:
+    """Start one process per spec; yield a handle (start the window with `handle.reset.set()`)
+    and a `finish` that stops them and returns their merged timings and errors."""
+    ctx = mp.get_context("spawn")
+    stop, reset, ready, out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue()
+    processes = [
+        ctx.Process(target=_main, args=(kind, url, opts, stop, reset, ready, out), daemon=True)
+        for kind, opts in specs
+    ]
+    for p in processes:
+        p.start()
+    ready.set()
+    collected: list[tuple[str, dict[str, list[float]], str | None]] = []
+
+    def finish() -> tuple[CallTimes, list[str]]:
+        stop.set()
+        deadline = time.monotonic() + 60
+        while len(collected) < len(processes) and time.monotonic() < deadline:
+            try:
+                collected.append(out.get(timeout=1))
+            except Exception:
+                if not any(p.is_alive() for p in processes):
+                    break
+        for p in processes:
+            p.join(10)
+        merged = CallTimes()
+        for _, samples, _ in collected:
+            for name, values in samples.items():
+                merged.samples[name].extend(values)
+        return merged, [f"{k}: {e}" for k, _, e in collected if e]
+
+    try:
+        yield CaseHandle(reset, processes), finish
+    finally:
+        stop.set()
+        for p in processes:
+            if p.is_alive():
+                p.terminate()
