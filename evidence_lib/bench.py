@@ -135,14 +135,10 @@ def run_benchmark(
             with connect(url) as conn:
                 after = conn.execute("select count(*) from pgmq.a_bench_raw").fetchone()
             assert before is not None and after is not None
-            results.append(
-                CaseResult("raw PGMQ send+read+archive", n, elapsed, after[0] - before[0], "msgs", times)
-            )
+            results.append(CaseResult("raw PGMQ send+read+archive", n, elapsed, after[0] - before[0], "msgs", times))
         for n in connection_counts:
             with connect(url) as conn:
-                before = conn.execute(
-                    "select count(*) from engine.runs where status = 'completed'"
-                ).fetchone()
+                before = conn.execute("select count(*) from engine.runs where status = 'completed'").fetchone()
             elapsed, times = measure(url, n, seconds, v1_body("bench_ab", "bench_ab"))
             with connect(url) as conn:
                 after = conn.execute("select count(*) from engine.runs where status = 'completed'").fetchone()
@@ -155,9 +151,7 @@ def format_results(facts: dict[str, Any], results: list[CaseResult]) -> str:
     lines = ["server: " + ", ".join(f"{k}={v}" for k, v in facts.items()), ""]
     lines.append(f"{'case':<30} {'conns':>5} {'per s':>9}  per-call p50 / p95 (ms)")
     for r in results:
-        calls = "  ".join(
-            f"{name} {s['p50_ms']:.2f}/{s['p95_ms']:.2f}" for name, s in r.times.summary_ms().items()
-        )
+        calls = "  ".join(f"{name} {s['p50_ms']:.2f}/{s['p95_ms']:.2f}" for name, s in r.times.summary_ms().items())
         lines.append(f"{r.case:<30} {r.connections:>5} {r.per_second:>9.1f}  {calls}")
     raw = {r.connections: r.per_second for r in results if r.unit == "msgs"}
     v1 = {r.connections: r.per_second for r in results if r.unit == "runs"}

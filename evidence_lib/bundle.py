@@ -78,10 +78,7 @@ def _stamp(manifest: dict[str, Any]) -> str:
             '<div class="stamp ok">Candidate evidence: clean tree at revision '
             f"{html.escape(manifest['revision'][:12])}, migration artifact in sync with sql/.</div>"
         )
-    return (
-        f'<div class="stamp bad">{NOT_CANDIDATE}: '
-        f"{html.escape('; '.join(manifest['not_candidate_reasons']))}</div>"
-    )
+    return f'<div class="stamp bad">{NOT_CANDIDATE}: {html.escape("; ".join(manifest["not_candidate_reasons"]))}</div>'
 
 
 def banner_markdown(manifest: dict[str, Any]) -> str:
@@ -142,9 +139,7 @@ def write_index(bundle: Path, manifest: dict[str, Any], runs: list[NotebookRun])
         f'<a href="charts/{p.name}"><img src="charts/{p.name}" alt="{p.name}"></a>'
         for p in sorted((bundle / "charts").glob("*.png"))
     )
-    tables = " · ".join(
-        f'<a href="tables/{p.name}">{p.name}</a>' for p in sorted((bundle / "tables").glob("*.csv"))
-    )
+    tables = " · ".join(f'<a href="tables/{p.name}">{p.name}</a>' for p in sorted((bundle / "tables").glob("*.csv")))
     artifact = manifest["migration_artifact"]
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Dirty Runs evidence {verdict}</title>
 <style>{STYLE}</style></head><body>

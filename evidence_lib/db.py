@@ -140,9 +140,7 @@ def _embedded_server(*, fast: bool) -> Iterator[Server]:
         except Exception as exc:
             log = pgdata / "log"
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise ServerUnavailable(
-                f"the embedded PostgreSQL did not start in {pgdata}: {exc}\n{tail}"
-            ) from exc
+            raise ServerUnavailable(f"the embedded PostgreSQL did not start in {pgdata}: {exc}\n{tail}") from exc
         server = Server(maintenance_url=handle.get_uri(), kind="embedded", data_dir=pgdata)
         if fast:
             with server.admin() as conn:

@@ -51,9 +51,7 @@ def start_flow(conn: Conn, flow_slug: str, input: Json) -> UUID:
 
 def start_tasks(conn: Conn, queue_name: str, message_ids: list[int]) -> list[TaskGrant]:
     with conn.cursor(row_factory=class_row(TaskGrant)) as cur:
-        return cur.execute(
-            "select * from engine.start_tasks(%s, %s::bigint[])", (queue_name, message_ids)
-        ).fetchall()
+        return cur.execute("select * from engine.start_tasks(%s, %s::bigint[])", (queue_name, message_ids)).fetchall()
 
 
 def complete_task(conn: Conn, run_id: UUID, step_slug: str, task_index: int, output: Json) -> str:
@@ -92,8 +90,7 @@ def read_messages(conn: Conn, queue_name: str, vt_seconds: int, qty: int) -> lis
     """`pgmq.read`: reserve up to `qty` visible messages for `vt_seconds` (not ownership)."""
     with conn.cursor(row_factory=class_row(QueueMessage)) as cur:
         return cur.execute(
-            "select msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers "
-            "from pgmq.read(%s, %s, %s)",
+            "select msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers from pgmq.read(%s, %s, %s)",
             (queue_name, vt_seconds, qty),
         ).fetchall()
 

@@ -101,9 +101,7 @@ def take_over(
 
 def settle(conn: Conn, claim_id: UUID, outcome: Outcome, result: Json) -> Receipt:
     with conn.cursor(row_factory=class_row(Receipt)) as cur:
-        row = cur.execute(
-            "select * from engine.v2_settle(%s, %s, %s)", (claim_id, outcome, Jsonb(result))
-        ).fetchone()
+        row = cur.execute("select * from engine.v2_settle(%s, %s, %s)", (claim_id, outcome, Jsonb(result))).fetchone()
     assert row is not None
     return row
 

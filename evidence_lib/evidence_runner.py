@@ -148,9 +148,7 @@ def _execute(
         handler.close()
 
 
-def _finish_notebook(
-    stem: str, output: Path, manifest: dict[str, Any], run: NotebookRun, bundle: Path
-) -> None:
+def _finish_notebook(stem: str, output: Path, manifest: dict[str, Any], run: NotebookRun, bundle: Path) -> None:
     from nbconvert import HTMLExporter
 
     if not output.exists():
@@ -174,9 +172,7 @@ def _finish_notebook(
     nbformat.write(nb, output)
     (bundle / "html").mkdir(exist_ok=True)
     for suffix, exclude in ((".html", True), (".full.html", False)):
-        exporter = HTMLExporter(
-            exclude_input=exclude, exclude_input_prompt=exclude, exclude_output_prompt=exclude
-        )
+        exporter = HTMLExporter(exclude_input=exclude, exclude_input_prompt=exclude, exclude_output_prompt=exclude)
         body, _ = exporter.from_notebook_node(nb)
         (bundle / "html" / f"{run.scenario}{suffix}").write_text(body)
 
@@ -203,13 +199,9 @@ def run_evidence(
     runs: list[NotebookRun] = []
     with db.open_server(database_url) as server:
         with server.admin() as conn:
-            row = conn.execute(
-                "select current_setting('server_version'), current_setting('fsync')"
-            ).fetchone()
+            row = conn.execute("select current_setting('server_version'), current_setting('fsync')").fetchone()
         sync = schema_sync.check_schema_sync(server)
-        print(
-            f"evidence: PostgreSQL {row[0] if row else '?'} ({server.kind}); {sync.summary().splitlines()[0]}"
-        )
+        print(f"evidence: PostgreSQL {row[0] if row else '?'} ({server.kind}); {sync.summary().splitlines()[0]}")
         reasons = (
             (["dirty working tree"] if dirty else [])
             + ([] if sync.in_sync else ["migration artifact out of sync with sql/"])

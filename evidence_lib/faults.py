@@ -42,6 +42,13 @@ class _Link:
     client: socket.socket
     server: socket.socket
     drop: threading.Event = field(default_factory=threading.Event)
+    # Each client sync point (the startup packet, a Query, a Sync) is answered by exactly one
+    # ReadyForQuery. The armed COMMIT is sync point `commit_index`; server messages before
+    # ReadyForQuery number `commit_index - 1` still belong to earlier queries and are forwarded.
+    client_syncs: int = 0
+    server_ready: int = 0
+    commit_index: int = 0
+    statements: dict[bytes, bytes] = field(default_factory=dict)
 
 
 def _message_query(kind: bytes, payload: bytes) -> bytes | None:
@@ -53,6 +60,12 @@ def _message_query(kind: bytes, payload: bytes) -> bytes | None:
         query_end = payload.find(b"\x00", name_end + 1)
         return payload[name_end + 1 : query_end]
     return None
+
+
+def _bound_statement(payload: bytes) -> bytes:
+    """The statement name a Bind message executes (after its portal name)."""
+    portal_end = payload.find(b"\x00")
+    return payload[portal_end + 1 : payload.find(b"\x00", portal_end + 1)]
 
 
 class LostAckProxy:
@@ -159,15 +172,30 @@ class LostAckProxy:
                             break
                         size = struct.unpack("!I", buffer[:4])[0]
                         started = True
+                        link.client_syncs += 1
                     else:
                         if len(buffer) < 5:
                             break
                         size = 1 + struct.unpack("!I", buffer[1:5])[0]
                         if len(buffer) < size:
                             break
-                        query = _message_query(buffer[:1], buffer[5:size])
-                        if query is not None and query.strip().upper() == b"COMMIT" and self._armed.is_set():
+                        kind, payload = buffer[:1], buffer[5:size]
+                        if kind in (b"Q", b"S", b"F"):
+                            link.client_syncs += 1
+                        if kind == b"P":  # remember what each (possibly prepared) statement is
+                            name = payload[: payload.find(b"\x00")]
+                            link.statements[name] = _message_query(kind, payload) or b""
+                        executes = (
+                            _message_query(kind, payload)
+                            if kind == b"Q"
+                            else link.statements.get(_bound_statement(payload))
+                            if kind == b"B"
+                            else None
+                        )
+                        if executes is not None and executes.strip().upper() == b"COMMIT" and self._armed.is_set():
                             self._armed.clear()
+                            # a Query is its own sync point; a Bind runs at the next Sync
+                            link.commit_index = link.client_syncs + (0 if kind == b"Q" else 1)
                             link.drop.set()
                             self._event(link.ident, "commit_forwarded")
                     link.server.sendall(buffer[:size])
@@ -179,19 +207,28 @@ class LostAckProxy:
                 self._shut(link)
 
     def _server_to_client(self, link: _Link) -> None:
-        dropped = b""
+        buffer = b""
+        dropped: list[tuple[bytes, bytes]] = []
         try:
             while True:
                 chunk = link.server.recv(65536)
                 if not chunk:
                     break
-                if not link.drop.is_set():
-                    link.client.sendall(chunk)
-                    continue
-                dropped += chunk
-                if self._answered(dropped):
-                    tags = self._tags(dropped)
-                    self._event(link.ident, "reply_dropped", f"{len(dropped)} bytes: {', '.join(tags)}")
+                buffer += chunk
+                frames, used = self._split(buffer)
+                buffer = buffer[used:]
+                forward = b""
+                for kind, payload, raw in frames:
+                    if link.drop.is_set() and link.server_ready >= link.commit_index - 1:
+                        dropped.append((kind, payload))  # the answer to the armed COMMIT
+                    else:
+                        forward += raw
+                    if kind == b"Z":
+                        link.server_ready += 1
+                if forward:
+                    link.client.sendall(forward)
+                if link.drop.is_set() and link.server_ready >= link.commit_index:
+                    self._event(link.ident, "reply_dropped", ", ".join(self._tag(k, p) for k, p in dropped))
                     self._shut(link)
                     self._event(link.ident, "client_closed")
                     self._done.set()
@@ -202,29 +239,26 @@ class LostAckProxy:
             self._shut(link)
 
     @staticmethod
-    def _frames(data: bytes) -> list[tuple[bytes, bytes]]:
+    def _split(data: bytes) -> tuple[list[tuple[bytes, bytes, bytes]], int]:
+        """Complete server messages at the start of `data` and how many bytes they use."""
         frames, at = [], 0
         while at + 5 <= len(data):
             size = struct.unpack("!I", data[at + 1 : at + 5])[0]
             if at + 1 + size > len(data):
                 break
-            frames.append((data[at : at + 1], data[at + 5 : at + 1 + size]))
+            frames.append((data[at : at + 1], data[at + 5 : at + 1 + size], data[at : at + 1 + size]))
             at += 1 + size
-        return frames
+        return frames, at
 
-    def _answered(self, data: bytes) -> bool:
-        return any(kind == b"Z" for kind, _ in self._frames(data))
-
-    def _tags(self, data: bytes) -> list[str]:
-        out = []
-        for kind, payload in self._frames(data):
-            if kind == b"C":
-                out.append(payload.rstrip(b"\x00").decode(errors="replace"))
-            elif kind == b"E":
-                out.append("ErrorResponse")
-            elif kind == b"Z":
-                out.append(f"ReadyForQuery({payload.decode(errors='replace')})")
-        return out
+    @staticmethod
+    def _tag(kind: bytes, payload: bytes) -> str:
+        if kind == b"C":
+            return payload.rstrip(b"\x00").decode(errors="replace")
+        if kind == b"Z":
+            return f"ReadyForQuery({payload.decode(errors='replace')})"
+        return {b"E": "ErrorResponse", b"N": "Notice", b"1": "ParseComplete", b"2": "BindComplete"}.get(
+            kind, kind.decode(errors="replace")
+        )
 
 
 def xact_status(conn: Conn, xid: str) -> str | None:
@@ -250,8 +284,7 @@ def wait_for_hooked_backend(
         pids = [
             r[0]
             for r in controller.execute(
-                "select pid from pg_stat_activity "
-                "where application_name = %s and datname = current_database()",
+                "select pid from pg_stat_activity where application_name = %s and datname = current_database()",
                 (application_name,),
             ).fetchall()
         ]
@@ -264,9 +297,7 @@ def wait_for_hooked_backend(
             if found:
                 return pid, found
         if time.monotonic() > deadline:
-            raise LivenessTimeout(
-                f"no backend {application_name} parked at hook key {point_key}\n" + dump(controller)
-            )
+            raise LivenessTimeout(f"no backend {application_name} parked at hook key {point_key}\n" + dump(controller))
         time.sleep(0.002)  # poll interval of an observation
 
 
@@ -284,9 +315,7 @@ def held_hook(controller: Conn, point: str) -> Iterator[int]:
         controller.execute("select pg_advisory_unlock(%s, %s)", (HOOK_KEY_SPACE, key))
 
 
-def kill_at_hook(
-    controller: Conn, application_name: str, point: str, key: int, *, timeout: float = 10.0
-) -> Kill:
+def kill_at_hook(controller: Conn, application_name: str, point: str, key: int, *, timeout: float = 10.0) -> Kill:
     """Inside `held_hook(controller, point)`: wait until a backend named `application_name`
     parks at the point (proven in pg_locks) and terminate it; its transaction rolls back."""
     pid, proof = wait_for_hooked_backend(controller, application_name, key, timeout)
@@ -301,6 +330,4 @@ def drop_route_queue(conn: Conn, queue_name: str) -> bool:
 
 
 def proxy_summary(proxy: LostAckProxy) -> list[dict[str, Any]]:
-    return [
-        {"at": e.at, "connection": e.connection, "event": e.event, "detail": e.detail} for e in proxy.events
-    ]
+    return [{"at": e.at, "connection": e.connection, "event": e.event, "detail": e.detail} for e in proxy.events]

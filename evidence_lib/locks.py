@@ -61,9 +61,7 @@ def waits(controller: Conn, pid: int) -> list[LockWait]:
     return [LockWait(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], tuple(r[8] or ())) for r in rows]
 
 
-def wait_until_blocked(
-    controller: Conn, pid: int, *, timeout: float = 10.0, by: int | None = None
-) -> list[LockWait]:
+def wait_until_blocked(controller: Conn, pid: int, *, timeout: float = 10.0, by: int | None = None) -> list[LockWait]:
     """Return once `pid` waits on a lock (held by `by`, when given); else LivenessTimeout."""
     deadline = time.monotonic() + timeout
     while True:

@@ -114,9 +114,7 @@ def pending(conn: Conn, files: Sequence[SqlFile]) -> list[SqlFile]:
     todo = [f for f in files if f.name not in done]
     early = [f.name for f in todo if f.name < last_applied]
     if early:
-        raise MigrationOutOfOrder(
-            f"new migrations {early} sort before the applied {last_applied}; rename them"
-        )
+        raise MigrationOutOfOrder(f"new migrations {early} sort before the applied {last_applied}; rename them")
     return todo
 
 

@@ -133,12 +133,9 @@ def v1_runs(server: Server, url: str, workers: int, seconds: float, warmup: floa
     slug = "perf_v1"
     with connect(url) as conn:
         compile_flow(conn, ab_flow(slug, "flow"))
-    specs: list[Spec] = [
-        ("producer", {"slug": slug, "protocol": "v1", "in_flight": BACKLOG_PER_WORKER * workers})
-    ]
+    specs: list[Spec] = [("producer", {"slug": slug, "protocol": "v1", "in_flight": BACKLOG_PER_WORKER * workers})]
     specs += [
-        ("worker", {"slug": slug, "mode": "flow", "protocol": "v1", "name": f"perf_v1_{i}"})
-        for i in range(workers)
+        ("worker", {"slug": slug, "mode": "flow", "protocol": "v1", "name": f"perf_v1_{i}"}) for i in range(workers)
     ]
     out = _measure(
         server,
@@ -165,9 +162,7 @@ def v2_runs(
         compile_flow(conn, ab_flow(slug, mode))
     steps: list[str | None] = [None] if mode == "flow" else ["A", "B"]
     count = max(workers, len(steps))
-    specs: list[Spec] = [
-        ("producer", {"slug": slug, "protocol": "v2", "in_flight": BACKLOG_PER_WORKER * count})
-    ]
+    specs: list[Spec] = [("producer", {"slug": slug, "protocol": "v2", "in_flight": BACKLOG_PER_WORKER * count})]
     specs += [
         (
             "worker",

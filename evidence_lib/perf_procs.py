@@ -136,16 +136,13 @@ class CaseHandle:
 
 
 @contextmanager
-def run_case(
-    url: str, specs: list[Spec]
-) -> Iterator[tuple[CaseHandle, Callable[[], tuple[CallTimes, list[str]]]]]:
+def run_case(url: str, specs: list[Spec]) -> Iterator[tuple[CaseHandle, Callable[[], tuple[CallTimes, list[str]]]]]:
     """Start one process per spec; yield a handle (start the window with `handle.reset.set()`)
     and a `finish` that stops them and returns their merged timings and errors."""
     ctx = mp.get_context("spawn")
     stop, reset, ready, out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue()
     processes = [
-        ctx.Process(target=_main, args=(kind, url, opts, stop, reset, ready, out), daemon=True)
-        for kind, opts in specs
+        ctx.Process(target=_main, args=(kind, url, opts, stop, reset, ready, out), daemon=True) for kind, opts in specs
     ]
     for p in processes:
         p.start()

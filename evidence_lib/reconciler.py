@@ -103,8 +103,7 @@ class Reconciler:
             self.log(
                 logging.ERROR,
                 "reconcile_refused",
-                f"run {run_id}: reconcile refused [{exc.sqlstate}] {exc.diag.message_primary}; "
-                "skipped from now on",
+                f"run {run_id}: reconcile refused [{exc.sqlstate}] {exc.diag.message_primary}; skipped from now on",
             )
             return None
         if report is None:

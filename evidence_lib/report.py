@@ -122,20 +122,14 @@ class ScenarioResult:
             return f"FAIL: the scenario raised {self.error}"
         if not self.gates:
             return "FAIL: no gate was computed"
-        return (
-            "PASS: every gate is green"
-            if not failed
-            else f"FAIL: {len(failed)} red gate(s): {', '.join(failed)}"
-        )
+        return "PASS: every gate is green" if not failed else f"FAIL: {len(failed)} red gate(s): {', '.join(failed)}"
 
     def timing_chart(self, name: str = "timings", title: str | None = None) -> Figure:
         """Horizontal bars of every measured phase (ms), one colour per label group."""
         frame = pd.DataFrame(self.timings)
         fig, ax = plt.subplots(figsize=(9, max(2.5, 0.3 * len(frame) + 1)))
         if not frame.empty:
-            labels = [
-                " / ".join(str(r[k]) for k in frame.columns if k not in ("ms",)) for _, r in frame.iterrows()
-            ]
+            labels = [" / ".join(str(r[k]) for k in frame.columns if k not in ("ms",)) for _, r in frame.iterrows()]
             ax.barh(range(len(frame)), frame["ms"], color="#4c72b0")
             ax.set_yticks(range(len(frame)), labels, fontsize=8)
             ax.invert_yaxis()

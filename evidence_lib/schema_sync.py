@@ -114,9 +114,7 @@ class SyncResult:
         return "schema OUT OF SYNC: migrations/ and sql/ differ\n" + self.diff
 
 
-def check_schema_sync(
-    server: Server, *, migrations_dir: Path = MIGRATIONS_DIR, sql_dir: Path = SQL_DIR
-) -> SyncResult:
+def check_schema_sync(server: Server, *, migrations_dir: Path = MIGRATIONS_DIR, sql_dir: Path = SQL_DIR) -> SyncResult:
     """Apply migrations/ and sql/ to two empty databases and compare their `engine` catalogs."""
     with (
         scratch_database(server, prefix="sync_migrations") as by_migrations,

@@ -49,9 +49,7 @@ def snapshot(conn: Conn) -> Snapshot:
         conn.execute("set transaction isolation level repeatable read")
         for schema, table in conn.execute(TABLES_QUERY).fetchall():
             rows = conn.execute(
-                sql.SQL("select to_jsonb(t)::text from {}.{} t").format(
-                    sql.Identifier(schema), sql.Identifier(table)
-                )
+                sql.SQL("select to_jsonb(t)::text from {}.{} t").format(sql.Identifier(schema), sql.Identifier(table))
             ).fetchall()
             tables[f"{schema}.{table}"] = frozenset(str(r[0]) for r in rows)
     return Snapshot(tables)

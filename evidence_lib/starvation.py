@@ -109,8 +109,7 @@ def run_mode(server: Server, mode: str, *, backlog: int, workers: int, a_seconds
             latencies = [
                 float(r[0])
                 for r in conn.execute(
-                    "select extract(epoch from completed_at - queued_at) from engine.step_tasks "
-                    "where step_slug = 'B'"
+                    "select extract(epoch from completed_at - queued_at) from engine.step_tasks where step_slug = 'B'"
                 ).fetchall()
             ]
     return StarvationResult(
@@ -128,10 +127,7 @@ def run_mode(server: Server, mode: str, *, backlog: int, workers: int, a_seconds
 def run_starvation(
     server: Server, *, backlog: int = 200, workers: int = 2, a_seconds: float = 0.02
 ) -> list[StarvationResult]:
-    return [
-        run_mode(server, mode, backlog=backlog, workers=workers, a_seconds=a_seconds)
-        for mode in ("flow", "step")
-    ]
+    return [run_mode(server, mode, backlog=backlog, workers=workers, a_seconds=a_seconds) for mode in ("flow", "step")]
 
 
 def format_starvation(results: list[StarvationResult]) -> str:

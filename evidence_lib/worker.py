@@ -133,9 +133,7 @@ class Worker(WorkerBase):
                 if task.protocol != "v1":
                     raise UnsupportedMessage(f"protocol {task.protocol} is not served by a v1 worker")
                 if self.step is not None and task.step_slug != self.step:
-                    raise UnsupportedMessage(
-                        f"message is for step {task.step_slug}, this worker serves {self.step}"
-                    )
+                    raise UnsupportedMessage(f"message is for step {task.step_slug}, this worker serves {self.step}")
             except UnsupportedMessage as exc:
                 self.stats.left_intact += 1
                 self.log(
@@ -180,9 +178,7 @@ class Worker(WorkerBase):
                         self.stats.failed += 1
                     else:
                         with self.timed("complete_task"):
-                            engine.complete_task(
-                                conn, grant.run_id, grant.step_slug, grant.task_index, output
-                            )
+                            engine.complete_task(conn, grant.run_id, grant.step_slug, grant.task_index, output)
                         self.stats.completed += 1
                 return
             except psycopg.OperationalError as exc:

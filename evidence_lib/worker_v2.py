@@ -146,9 +146,7 @@ class V2Worker(WorkerBase):
         logger: logging.Logger | None = None,
         name: str = "v2_worker",
     ) -> None:
-        super().__init__(
-            url, flow, step, config=config or WorkerConfig(visibility_timeout=5), logger=logger, name=name
-        )
+        super().__init__(url, flow, step, config=config or WorkerConfig(visibility_timeout=5), logger=logger, name=name)
         self.stats = V2WorkerStats()
         self.settlement_attempts = self.config.report_attempts
 
@@ -200,9 +198,7 @@ class V2Worker(WorkerBase):
             if task.protocol != "v2":
                 raise UnsupportedMessage(f"protocol {task.protocol} is not served by a v2 worker")
             if self.step is not None and task.step_slug != self.step:
-                raise UnsupportedMessage(
-                    f"message is for step {task.step_slug}, this worker serves {self.step}"
-                )
+                raise UnsupportedMessage(f"message is for step {task.step_slug}, this worker serves {self.step}")
             if task.step_slug not in self.flow.step_slugs:
                 raise UnsupportedMessage(f"flow {self.flow.slug} has no step {task.step_slug}")
         except UnsupportedMessage as exc:
@@ -342,8 +338,7 @@ class V2Worker(WorkerBase):
                 self.log(
                     logging.INFO,
                     "settled",
-                    f"claim {grant.claim_id}: {receipt.verdict} "
-                    f"(attempt {attempt}, generation {receipt.generation})",
+                    f"claim {grant.claim_id}: {receipt.verdict} (attempt {attempt}, generation {receipt.generation})",
                     claim_id=str(grant.claim_id),
                 )
         except (DeadlineExceeded, psycopg.errors.QueryCanceled) as exc:
@@ -353,11 +348,7 @@ class V2Worker(WorkerBase):
             rec.result, rec.error = "transport_error", str(exc).strip()
             rec.indeterminate = stage == "commit"
             self.stats.transport_errors += 1
-            view = (
-                "indeterminate (the commit was sent, its reply lost)"
-                if rec.indeterminate
-                else "not committed"
-            )
+            view = "indeterminate (the commit was sent, its reply lost)" if rec.indeterminate else "not committed"
             self._error(
                 TransportError(
                     f"claim {grant.claim_id} attempt {attempt} at {stage}: {rec.error}; "

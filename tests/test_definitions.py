@@ -64,16 +64,12 @@ def test_add_step_to_unknown_flow(conn: Conn) -> None:
         ("b", ["a", None], "DR001", "b"),
     ],
 )
-def test_add_step_validation(
-    conn: Conn, step: str, deps: list[str | None], sqlstate: str, named: str
-) -> None:
+def test_add_step_validation(conn: Conn, step: str, deps: list[str | None], sqlstate: str, named: str) -> None:
     define(conn, "orders", [("a", [])])
     assert_refused(conn, "select engine.add_step('orders', %s, %s)", (step, deps), sqlstate, named)
 
 
-@pytest.mark.parametrize(
-    "option", ["max_attempts => 0", "base_delay => -1", "timeout => 0", "start_delay => -1"]
-)
+@pytest.mark.parametrize("option", ["max_attempts => 0", "base_delay => -1", "timeout => 0", "start_delay => -1"])
 def test_add_step_rejects_negative_options(conn: Conn, option: str) -> None:
     define(conn, "orders", [])
     assert_refused(conn, f"select engine.add_step('orders', 'a', {option})", None, "DR001", "orders")
@@ -81,9 +77,7 @@ def test_add_step_rejects_negative_options(conn: Conn, option: str) -> None:
 
 def test_step_index_follows_add_order_and_redefinition_is_idempotent(conn: Conn) -> None:
     define(conn, "orders", [("z", []), ("a", ["z"]), ("m", ["z", "a"])])
-    rows = conn.execute(
-        "select step_slug, step_index, deps_count from engine.steps order by step_index"
-    ).fetchall()
+    rows = conn.execute("select step_slug, step_index, deps_count from engine.steps order by step_index").fetchall()
     assert rows == [("z", 0, 0), ("a", 1, 1), ("m", 2, 2)]
     conn.execute("select engine.add_step('orders', 'm', array['a', 'z'])")  # same set, other order
     assert_refused(conn, "select engine.add_step('orders', 'm', array['z'])", None, "DR016", "m")

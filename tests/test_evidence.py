@@ -22,17 +22,13 @@ PARAM_LINE = re.compile(r"^(\w+): (str|int|float|bool) = .+  # \S.*$")
 def test_notebooks_are_committed_clean_with_a_typed_parameters_cell(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert code and "parameters" in code[0].metadata.get("tags", []), (
-        "the first code cell is the parameters cell"
-    )
+    assert code and "parameters" in code[0].metadata.get("tags", []), "the first code cell is the parameters cell"
     for cell in nb.cells:
         assert "injected-parameters" not in cell.metadata.get("tags", []), "a stale injected-parameters cell"
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None, "committed with outputs"
     lines = [ln for ln in code[0].source.splitlines() if ln and not ln.startswith("#")]
-    assert lines and all(PARAM_LINE.match(ln) for ln in lines), (
-        "every parameter is typed and has a help comment"
-    )
+    assert lines and all(PARAM_LINE.match(ln) for ln in lines), "every parameter is typed and has a help comment"
     assert nb.metadata["kernelspec"]["name"] == "dirty-runs-evidence"
     assert len(nb.cells) < 40
 
@@ -49,9 +45,7 @@ def test_an_unknown_parameter_is_an_error(tmp_path: Path) -> None:
 
 def test_smoke_run_of_every_notebook(server: Server, tmp_path: Path) -> None:
     bundle = tmp_path / "bundle"
-    code = run_evidence(
-        "", {"queue_modes": "step", "repeat": 1}, database_url=server.maintenance_url, out=bundle
-    )
+    code = run_evidence("", {"queue_modes": "step", "repeat": 1}, database_url=server.maintenance_url, out=bundle)
     manifest = json.loads((bundle / "manifest.json").read_text())
     red = {k: v for k, v in manifest["gates"].items() if v != "PASS"}
     assert code == 0 and manifest["passed"] and not red, (red, [n["error"] for n in manifest["notebooks"]])

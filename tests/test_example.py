@@ -26,8 +26,14 @@ def test_the_pipeline_decides_every_review(db_url: str, mode: str) -> None:
 
 
 def test_make_example_command_runs_both_modes() -> None:
-    done = subprocess.run([sys.executable, "-m", "examples.moderation", "--threads", "8"], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "examples.moderation", "--threads", "8"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "plain flow" in done.stdout and "private step queues" in done.stdout
     assert done.stdout.count("8/8 reviews decided") == 2

@@ -51,9 +51,7 @@ def test_a_failing_migration_rolls_back_entirely(server: Server, tmp_path: Path)
             migrate.apply_migrations(url, folder)
         with connect(url) as c:
             assert scalar(c, "select to_regclass('engine.half_done')") is None
-            assert (
-                scalar(c, "select count(*) from engine.schema_migrations where file_name like '9998%'") == 0
-            )
+            assert scalar(c, "select count(*) from engine.schema_migrations where file_name like '9998%'") == 0
 
 
 def test_a_migration_waits_for_locks_only_up_to_its_lock_timeout(server: Server, tmp_path: Path) -> None:

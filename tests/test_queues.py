@@ -111,9 +111,7 @@ def test_delete_flow_drops_private_queues_only(conn: Conn) -> None:
     engine.start_flow(conn, "shop", {})
     conn.execute("select pgmq.create('unrelated')")
     conn.execute("select engine.delete_flow('shop')")
-    assert [r[0] for r in conn.execute("select queue_name from pgmq.list_queues()").fetchall()] == [
-        "unrelated"
-    ]
+    assert [r[0] for r in conn.execute("select queue_name from pgmq.list_queues()").fetchall()] == ["unrelated"]
 
 
 def test_same_numeric_message_id_in_two_queues_never_matches(conn: Conn) -> None:
@@ -144,9 +142,7 @@ def test_message_ids_beyond_2_pow_53_stay_exact(conn: Conn, db_url: str) -> None
             pass
     assert run(conn, run_id)["status"] == "completed"
     assert [m["msg_id"] for m in archived_messages(conn, "bigids")] == [big, big + 1]
-    assert scalar(conn, "select message_id::text from engine.step_tasks where step_slug = 'b'") == str(
-        big + 1
-    )
+    assert scalar(conn, "select message_id::text from engine.step_tasks where step_slug = 'b'") == str(big + 1)
 
 
 def test_step_workers_read_only_their_own_queue(conn: Conn, db_url: str, caplog: Any) -> None:

@@ -19,6 +19,8 @@ def test_a_refused_run_is_skipped_and_the_others_progress(conn: Conn, db_url: st
     driver.drain()
     assert driver.refused == {broken.run_id}
     assert any("DR005" in e for e in driver.stats.errors)
-    assert scalar(conn, "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'",
-                  (healthy.run_id,)) == 1
+    assert (
+        scalar(conn, "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'", (healthy.run_id,))
+        == 1
+    )
     assert v2.work_row(conn, healthy.run_id)["processed_generation"] == 1

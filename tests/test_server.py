@@ -41,9 +41,7 @@ def test_a_killed_owner_does_not_leave_a_server_behind() -> None:
         "    print(s.data_dir, flush=True)\n"
         "    sys.stdin.read()\n"
     )
-    child = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     data_dir = Path(child.stdout.readline().strip())
     assert (data_dir / "postmaster.pid").exists()

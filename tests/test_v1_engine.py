@@ -170,15 +170,11 @@ def test_failed_run_terminalizes_unfinished_sibling_tasks(conn: Conn) -> None:
     engine.start_tasks(conn, "shop", ids[:2])  # a and b started, c still queued
     engine.fail_task(conn, run_id, "a", 0, "boom")
     states = dict(
-        conn.execute(
-            "select step_slug, status from engine.step_tasks where run_id = %s", (run_id,)
-        ).fetchall()
+        conn.execute("select step_slug, status from engine.step_tasks where run_id = %s", (run_id,)).fetchall()
     )
     assert states == {"a": "failed", "b": "cancelled", "c": "cancelled"}
     steps = dict(
-        conn.execute(
-            "select step_slug, status from engine.step_states where run_id = %s", (run_id,)
-        ).fetchall()
+        conn.execute("select step_slug, status from engine.step_states where run_id = %s", (run_id,)).fetchall()
     )
     assert steps == {"a": "failed", "b": "cancelled", "c": "cancelled", "d": "cancelled"}
     assert queue_messages(conn, "shop") == [] and len(archived_messages(conn, "shop")) == 3

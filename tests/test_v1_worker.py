@@ -85,8 +85,7 @@ def test_transport_error_while_reporting_success_is_not_a_task_failure(conn: Con
     def kill_my_connections(_: Json) -> Json:
         with connect(db_url) as admin:  # a real transport loss: the worker's backends die
             admin.execute(
-                "select pg_terminate_backend(pid, 5000) from pg_stat_activity "
-                "where application_name = 'w_transport'"
+                "select pg_terminate_backend(pid, 5000) from pg_stat_activity where application_name = 'w_transport'"
             )
         return "done"
 
@@ -125,8 +124,7 @@ def test_unknown_messages_are_left_intact(conn: Conn, db_url: str, caplog: Any) 
     bodies = [
         '"not an object"',
         '{"protocol": "v9", "run_id": "x", "step_slug": "a", "task_index": 0}',
-        '{"protocol": "v1", "run_id": "6f1c4c1e-0000-4000-8000-000000000000", '
-        '"step_slug": "a", "task_index": 0}',
+        '{"protocol": "v1", "run_id": "6f1c4c1e-0000-4000-8000-000000000000", "step_slug": "a", "task_index": 0}',
         '{"hello": "world"}',
     ]
     ids = [scalar(conn, "select pgmq.send('intact', %s::jsonb)", (b,)) for b in bodies]

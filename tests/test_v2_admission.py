@@ -33,9 +33,7 @@ def test_start_commits_a_task_message_and_work_and_nothing_for_b(conn: Conn, mod
     tasks = rows(conn, "select step_slug, status, queue_name, message_id from engine.step_tasks")
     queue_a = "ab" if mode == "flow" else "ab__a"
     [msg] = queue_messages(conn, queue_a)
-    assert tasks == [
-        {"step_slug": "A", "status": "queued", "queue_name": queue_a, "message_id": msg["msg_id"]}
-    ]
+    assert tasks == [{"step_slug": "A", "status": "queued", "queue_name": queue_a, "message_id": msg["msg_id"]}]
     assert msg["message"] == {"protocol": "v2", "run_id": str(run_id), "step_slug": "A", "task_index": 0}
     if mode == "step":
         assert queue_messages(conn, "ab__b") == []

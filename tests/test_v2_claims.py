@@ -69,13 +69,8 @@ def test_a_grant_writes_the_claim_and_sets_vt_to_the_lease_horizon(conn: Conn, m
     assert claim["claim_id"] == grant.claim_id and claim["state"] == "current" and claim["attempt"] == 1
     assert (claim["timeout"], claim["max_attempts"], claim["start_delay"]) == (42, 1, 0)
     assert claim["lease_expires_at"] == grant.lease_expires_at
-    assert scalar(
-        conn, "select lease_expires_at - claimed_at = interval '44 seconds' from engine.task_claims"
-    )
-    assert (
-        scalar(conn, f"select vt from pgmq.q_{s.queue_a} where msg_id = %s", (s.msg_a,))
-        == grant.lease_expires_at
-    )
+    assert scalar(conn, "select lease_expires_at - claimed_at = interval '44 seconds' from engine.task_claims")
+    assert scalar(conn, f"select vt from pgmq.q_{s.queue_a} where msg_id = %s", (s.msg_a,)) == grant.lease_expires_at
     task = rows(conn, "select status, attempts_count, started_at from engine.step_tasks")[0]
     assert (task["status"], task["attempts_count"], task["started_at"]) == ("started", 1, claim["claimed_at"])
     assert v2.claim(conn, s.run_id, "A", s.queue_a, s.msg_a) is None  # not claimable twice
@@ -122,6 +117,4 @@ def test_message_ids_beyond_2_pow_53_stay_exact(conn: Conn) -> None:
     assert msg_b == big + 2
     grant_b = v2.claim(conn, run_id, "B", "big__b", msg_b)
     assert grant_b is not None and grant_b.input == {"run": {"x": 1}, "A": {"id": big}}
-    assert scalar(conn, "select message_id::text from engine.task_claims where step_slug = 'B'") == str(
-        big + 2
-    )
+    assert scalar(conn, "select message_id::text from engine.task_claims where step_slug = 'B'") == str(big + 2)

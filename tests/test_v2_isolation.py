@@ -90,9 +90,6 @@ def test_an_unarmed_hook_changes_nothing(conn: Conn) -> None:
         before = snapshot(conn)
         conn.execute("select engine._hook('claim.after_run_lock')")
         assert diff(before, snapshot(conn)) == {}
-        assert (
-            scalar(conn, "select count(*) from pg_locks where locktype = 'advisory' and pid = %s", (pid,))
-            == 0
-        )
+        assert scalar(conn, "select count(*) from pg_locks where locktype = 'advisory' and pid = %s", (pid,)) == 0
     conn.execute("set engine.hooks = 'reconcile.action:fail'")
     assert_refused(conn, "select engine._hook('reconcile.action')", None, "DR900", "reconcile.action")

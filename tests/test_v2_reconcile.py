@@ -45,9 +45,9 @@ def test_chunking_marks_nothing_processed_until_no_action_remains(conn: Conn) ->
     grant = _settled_a(conn)
     first = v2.reconcile(conn, grant.run_id, max_actions=1)
     assert (first.actions, first.processed, first.generation) == (1, False, 1)
-    assert rows(
-        conn, "select step_slug, status, message_id from engine.step_tasks where step_slug = 'B'"
-    ) == [{"step_slug": "B", "status": "queued", "message_id": None}]
+    assert rows(conn, "select step_slug, status, message_id from engine.step_tasks where step_slug = 'B'") == [
+        {"step_slug": "B", "status": "queued", "message_id": None}
+    ]
     assert v2.work_row(conn, grant.run_id)["processed_generation"] == 0
     second = v2.reconcile(conn, grant.run_id, max_actions=1)
     assert (second.actions, second.processed) == (1, True)
@@ -68,8 +68,7 @@ def test_a_failing_action_rolls_back_entirely_and_backs_off(conn: Conn) -> None:
     assert work["consecutive_errors"] == 1
     assert scalar(
         conn,
-        "select next_attempt_at = occurred_at + interval '1 second' "
-        "from engine.run_work, engine.engine_errors",
+        "select next_attempt_at = occurred_at + interval '1 second' from engine.run_work, engine.engine_errors",
     )
     before = snapshot(conn)
     assert v2.reconcile(conn, grant.run_id).actions == 0  # in backoff: skipped, nothing written

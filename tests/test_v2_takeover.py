@@ -30,10 +30,7 @@ def test_takeover_lifecycle(conn: Conn, db_url: str) -> None:
     assert new["state"] == "current" and new["attempt"] == 2 and new["claim_id"] == second.claim_id
     task = rows(conn, "select attempts_count, infrastructure_losses, status from engine.step_tasks")[0]
     assert task == {"attempts_count": 1, "infrastructure_losses": 1, "status": "started"}
-    assert (
-        scalar(conn, f"select vt from pgmq.q_{s.queue_a} where msg_id = %s", (s.msg_a,))
-        == second.lease_expires_at
-    )
+    assert scalar(conn, f"select vt from pgmq.q_{s.queue_a} where msg_id = %s", (s.msg_a,)) == second.lease_expires_at
 
     wait_for_lease_expiry(conn, second.claim_id)
     snap = snapshot(conn)

@@ -25,9 +25,7 @@ from evidence_lib.worker_v2 import V2Worker
 from tests.helpers import queue_messages, scalar
 
 
-def counting_flow(
-    db_url: str, slug: str = "eff", *, timeout: int = 30, a: Any = None, mode: str = "flow"
-) -> Any:
+def counting_flow(db_url: str, slug: str = "eff", *, timeout: int = 30, a: Any = None, mode: str = "flow") -> Any:
     """A -> B whose handlers count their executions in a side-effect table."""
 
     def effect(step: str, value: Json) -> Json:
@@ -222,12 +220,9 @@ def test_unknown_messages_stay_intact(conn: Conn, db_url: str, caplog: Any) -> N
     compile_flow(conn, flow)
     junk = [
         '"text"',
-        '{"protocol": "v1", "run_id": "6f1c4c1e-0000-4000-8000-000000000000", '
-        '"step_slug": "A", "task_index": 0}',
-        '{"protocol": "v2", "run_id": "6f1c4c1e-0000-4000-8000-'
-        '000000000000", "step_slug": "B", "task_index": 0}',
-        '{"protocol": "v2", "run_id": "6f1c4c1e-0000-4000-8000-000000000000", "step_slug": "A", '
-        '"task_index": 0}',
+        '{"protocol": "v1", "run_id": "6f1c4c1e-0000-4000-8000-000000000000", "step_slug": "A", "task_index": 0}',
+        '{"protocol": "v2", "run_id": "6f1c4c1e-0000-4000-8000-000000000000", "step_slug": "B", "task_index": 0}',
+        '{"protocol": "v2", "run_id": "6f1c4c1e-0000-4000-8000-000000000000", "step_slug": "A", "task_index": 0}',
     ]
     ids = [scalar(conn, "select pgmq.send('intact__a', %s::jsonb)", (j,)) for j in junk]
     before = {m["msg_id"]: m["message"] for m in queue_messages(conn, "intact__a")}
@@ -271,10 +266,7 @@ def test_the_reconciler_driver_keeps_other_runs_moving_around_a_poisoned_run(con
     finally:
         reconciler.stop()
         thread.join(10)
-    assert (
-        scalar(conn, "select count(*) from engine.runs where flow_slug = 'healthy' and status = 'completed'")
-        == 5
-    )
+    assert scalar(conn, "select count(*) from engine.runs where flow_slug = 'healthy' and status = 'completed'") == 5
     work = v2.work_row(conn, poisoned)
     assert work["health"] == "attention" and work["consecutive_errors"] == 3
     assert scalar(conn, "select count(*) from engine.engine_errors where run_id = %s", (poisoned,)) == 3

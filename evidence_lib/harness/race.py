@@ -155,9 +155,7 @@ class _Runner:
             self.run.lines.append(f"step {name}: {step.label} -> {self.finish(record, future, started)}")
         else:
             record.waited = True
-            self.run.lines.append(
-                f"step {name}: {step.label} <waiting ...>    [pg_locks: {self.proof(record, found)}]"
-            )
+            self.run.lines.append(f"step {name}: {step.label} <waiting ...>    [pg_locks: {self.proof(record, found)}]")
             self.pending[name] = (future, record, started)
         self.resolve()
 
@@ -170,9 +168,7 @@ class _Runner:
                 found = self.controller.settle(self.sessions[record.session], future)
                 if found is None:
                     del self.pending[name]
-                    self.run.lines.append(
-                        f"step {name}: <... completed> {self.finish(record, future, started)}"
-                    )
+                    self.run.lines.append(f"step {name}: <... completed> {self.finish(record, future, started)}")
                     progress = True
 
     def checks(self, checks: list[Check]) -> None:
@@ -183,9 +179,7 @@ class _Runner:
             except Exception as exc:
                 ok, detail = False, f"{type(exc).__name__}: {exc}"
             self.run.checks.append(CheckRecord(check.name, ok, detail))
-            verdicts.append(
-                f"{check.name}: {'pass' if ok else 'FAIL'}" + (f" ({detail})" if detail and not ok else "")
-            )
+            verdicts.append(f"{check.name}: {'pass' if ok else 'FAIL'}" + (f" ({detail})" if detail and not ok else ""))
         self.run.lines.append("check " + " · ".join(verdicts))
 
     def execute(self, permutation: Permutation) -> None:

@@ -106,8 +106,7 @@ class Controller:
                 return found
             if time.monotonic() > deadline:
                 raise LivenessTimeout(
-                    f"session {session.name} neither completed nor blocked in {self.timeout}s\n"
-                    + dump(self.conn)
+                    f"session {session.name} neither completed nor blocked in {self.timeout}s\n" + dump(self.conn)
                 )
             time.sleep(0.002)  # poll interval of an observation, never an ordering
 

@@ -98,9 +98,7 @@ def _prove(result: ScenarioResult, url: str, mode: QueueMode) -> None:
             v2.reconcile(conn, run_id)
         after_second = snap("6 reconcile #2")
         with timed(result, "7 read + claim B", mode=mode):
-            grant_b = v2.claim(
-                conn, run_id, "B", route(flow, "B"), read_step_message(conn, flow, "B", run_id)
-            )
+            grant_b = v2.claim(conn, run_id, "B", route(flow, "B"), read_step_message(conn, flow, "B", run_id))
         assert grant_b is not None, "B was not granted"
         snap("7 claim B")
         with (
@@ -183,17 +181,12 @@ def _gates(
         f"{after_second['b_message_id']}",
         mode,
     )
-    b_tasks = one(
-        conn, "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'", (run_id,)
-    )
+    b_tasks = one(conn, "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'", (run_id,))
     b_route = one(conn, "select queue_name from engine.steps where flow_slug = 'proof' and step_slug = 'B'")
-    b_snapshot = one(
-        conn, "select queue_name from engine.step_tasks where run_id = %s and step_slug = 'B'", (run_id,)
-    )
+    b_snapshot = one(conn, "select queue_name from engine.step_tasks where run_id = %s and step_slug = 'B'", (run_id,))
     archived_b = one(
         conn,
-        f"select count(*) from pgmq.a_{b_route} where message->>'run_id' = %s "
-        "and message->>'step_slug' = 'B'",
+        f"select count(*) from pgmq.a_{b_route} where message->>'run_id' = %s and message->>'step_slug' = 'B'",
         (str(run_id),),
     )
     result.gate(
@@ -203,9 +196,7 @@ def _gates(
         mode,
     )
     output = one(conn, "select output from engine.runs where run_id = %s", (run_id,))
-    b_output = one(
-        conn, "select output from engine.step_tasks where run_id = %s and step_slug = 'B'", (run_id,)
-    )
+    b_output = one(conn, "select output from engine.step_tasks where run_id = %s and step_slug = 'B'", (run_id,))
     left = sum(v for k, v in final.items() if k in ("queue", "queue_a", "queue_b"))
     result.gate(
         "run_finalized_by_reconciliation",

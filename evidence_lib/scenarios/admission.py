@@ -156,8 +156,7 @@ def _admission(result: ScenarioResult, url: str) -> None:
         result.gate(
             f"{'ignored' if row['expected'] == 'ignored' else 'refused'}: {row['case']}",
             row["ok"],
-            f"[{row['sqlstate']}] {row['message']} (expected {row['expected']}); "
-            f"rows changed {row['rows_changed']}",
+            f"[{row['sqlstate']}] {row['message']} (expected {row['expected']}); rows changed {row['rows_changed']}",
         )
     result.gate("no_run_exists_after_the_refusals", runs == 0, f"{runs} runs in the database")
 
@@ -232,8 +231,7 @@ def _isolation(result: ScenarioResult, url: str, mode: str) -> None:
         result.gate(
             f"{'ignored' if row['expected'] == 'ignored' else 'refused'}: {row['case']}",
             row["ok"],
-            f"[{row['sqlstate']}] {row['message']} (expected {row['expected']}); "
-            f"rows changed {row['rows_changed']}",
+            f"[{row['sqlstate']}] {row['message']} (expected {row['expected']}); rows changed {row['rows_changed']}",
             mode,
         )
     result.gate(

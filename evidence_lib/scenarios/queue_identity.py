@@ -71,8 +71,7 @@ def _naming(result: ScenarioResult, url: str) -> None:
                     "step_index": index,
                     "queue_name": name,
                     "length": len(name),
-                    "sql_agrees": one(conn, "select engine._step_queue_name(%s, %s, %s)", (flow, step, index))
-                    == name,
+                    "sql_agrees": one(conn, "select engine._step_queue_name(%s, %s, %s)", (flow, step, index)) == name,
                 }
             )
         result.table("naming", table)
@@ -165,10 +164,8 @@ def _unknown_messages(result: ScenarioResult, url: str) -> None:
         flow = define_ab(conn, "intact", "step")
         bodies = [
             '"plain text"',
-            '{"protocol": "v1", "run_id": "6f1c4c1e-0000-4000-8000-000000000000", '
-            '"step_slug": "A", "task_index": 0}',
-            '{"protocol": "v2", "run_id": "6f1c4c1e-0000-4000-'
-            '8000-000000000000", "step_slug": "A", "task_index": 0}',
+            '{"protocol": "v1", "run_id": "6f1c4c1e-0000-4000-8000-000000000000", "step_slug": "A", "task_index": 0}',
+            '{"protocol": "v2", "run_id": "6f1c4c1e-0000-4000-8000-000000000000", "step_slug": "A", "task_index": 0}',
             '{"hello": "world"}',
         ]
         for body in bodies:
@@ -237,10 +234,7 @@ def _upgrade(result: ScenarioResult, server: Server) -> None:
             conn.execute("select engine.add_step('Shop', 'a')")
             conn.execute("select engine.add_step('Shop', 'b', array['a'])")
             runs = [engine.start_flow(conn, "Shop", {"i": i}) for i in range(3)]
-            ids = [
-                one(conn, "select message_id from engine.step_tasks where run_id = %s", (r,))
-                for r in runs[1:]
-            ]
+            ids = [one(conn, "select message_id from engine.step_tasks where run_id = %s", (r,)) for r in runs[1:]]
             grants = engine.start_tasks(conn, "Shop", ids)
             engine.complete_task(conn, runs[2], "a", 0, {"a": 1})
             before = rows(
@@ -252,8 +246,7 @@ def _upgrade(result: ScenarioResult, server: Server) -> None:
         with connect(url) as conn:
             after = rows(
                 conn,
-                "select run_id, step_slug, status, queue_name, message_id from engine.step_tasks "
-                "order by 1, 2",
+                "select run_id, step_slug, status, queue_name, message_id from engine.step_tasks order by 1, 2",
             )
             result.table("upgrade_tasks_before", before)
             result.table("upgrade_tasks_after", after)
@@ -273,9 +266,7 @@ def _upgrade(result: ScenarioResult, server: Server) -> None:
             f"applied {applied}; {len(after)} task snapshots = lower(flow slug), message ids kept; "
             f"{len(grants)} in-flight claims",
         )
-        result.gate(
-            "in_flight_v1_runs_finish_after_the_upgrade", statuses == ["completed"] * 3, f"runs {statuses}"
-        )
+        result.gate("in_flight_v1_runs_finish_after_the_upgrade", statuses == ["completed"] * 3, f"runs {statuses}")
 
 
 def _rollback(result: ScenarioResult, server: Server) -> None:

@@ -135,12 +135,8 @@ def double_claim(mode: QueueMode = "flow") -> Race:
             "w2": SessionSpec([_claim_step("w2_claim")], hook),
         },
         [
-            Permutation(
-                "w1 first", ["hold:claim.after_run_lock", "w1_claim", "w2_claim", "release", "check"], checks
-            ),
-            Permutation(
-                "w2 first", ["hold:claim.after_run_lock", "w2_claim", "w1_claim", "release", "check"], checks
-            ),
+            Permutation("w1 first", ["hold:claim.after_run_lock", "w1_claim", "w2_claim", "release", "check"], checks),
+            Permutation("w2 first", ["hold:claim.after_run_lock", "w2_claim", "w1_claim", "release", "check"], checks),
         ],
     )
 
@@ -159,12 +155,8 @@ def _expired_claim_setup(mode: QueueMode) -> Any:
 
 def _settle_first_checks() -> list[Check]:
     def accepted(ctx: RaceContext) -> Result:
-        outcome = _q(
-            ctx, "select outcome from engine.task_settlements where claim_id = %s", ctx.data["claim_1"]
-        )
-        status = _q(
-            ctx, "select status from engine.step_tasks where run_id = %s and step_slug = 'A'", ctx.data["run"]
-        )
+        outcome = _q(ctx, "select outcome from engine.task_settlements where claim_id = %s", ctx.data["claim_1"])
+        status = _q(ctx, "select status from engine.step_tasks where run_id = %s and step_slug = 'A'", ctx.data["run"])
         return outcome == "completed" and status == "completed", f"settlement {outcome}, task {status}"
 
     def nothing_revoked(ctx: RaceContext) -> Result:
@@ -203,9 +195,7 @@ def _takeover_first_checks() -> list[Check]:
     def settlement_stale(ctx: RaceContext) -> Result:
         receipt = ctx.results.get("w1_settle")
         rows = _q(ctx, "select count(*) from engine.task_settlements where run_id = %s", ctx.data["run"])
-        status = _q(
-            ctx, "select status from engine.step_tasks where run_id = %s and step_slug = 'A'", ctx.data["run"]
-        )
+        status = _q(ctx, "select status from engine.step_tasks where run_id = %s and step_slug = 'A'", ctx.data["run"])
         verdict = getattr(receipt, "verdict", None)
         return (
             verdict == "stale" and rows == 0 and status == "started",
@@ -284,9 +274,7 @@ def _reconcile_step(name: str) -> Step:
 
 
 def _b_created_once(ctx: RaceContext) -> Result:
-    tasks = _q(
-        ctx, "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'", ctx.data["run"]
-    )
+    tasks = _q(ctx, "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'", ctx.data["run"])
     messages = _q(
         ctx,
         f"select count(*) from pgmq.q_{ctx.data['queue_b']} "
@@ -410,9 +398,7 @@ def settle_vs_generation(mode: QueueMode = "flow") -> Race:
                         "r_read_work",
                         "select * from engine.run_work where run_id = :run",
                         _read_work,
-                        lambda w: (
-                            f"requested {w['requested_generation']}, processed {w['processed_generation']}"
-                        ),
+                        lambda w: f"requested {w['requested_generation']}, processed {w['processed_generation']}",
                     ),
                     _reconcile_step("r_reconcile_again"),
                 ],

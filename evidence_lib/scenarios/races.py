@@ -88,8 +88,7 @@ def _record(result: ScenarioResult, outcome: RaceResult) -> None:
             for s in r.steps
         ]
         locks += [
-            {"race": outcome.race, "permutation": r.permutation, "attempt": r.attempt, **row}
-            for row in r.lock_rows
+            {"race": outcome.race, "permutation": r.permutation, "attempt": r.attempt, **row} for row in r.lock_rows
         ]
     result.append_rows("permutations", runs)
     result.append_rows("checks", checks)

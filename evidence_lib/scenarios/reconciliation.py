@@ -166,8 +166,7 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
         done = v2.reconcile(conn, run_id)
         result.gate(
             "settlement_redirties_and_reconcile_finishes",
-            dirty["requested_generation"] == dirty["processed_generation"] + 1
-            and done.run_status == "completed",
+            dirty["requested_generation"] == dirty["processed_generation"] + 1 and done.run_status == "completed",
             f"after B's settlement: requested {dirty['requested_generation']}, processed "
             f"{dirty['processed_generation']}; then run {done.run_status}",
             mode,
@@ -196,8 +195,7 @@ def _poison(result: ScenarioResult, url: str, mode: QueueMode) -> None:
                     wb.poll(wait_for_handlers=True)
                     done = one(
                         conn,
-                        "select count(*) from engine.runs where flow_slug = 'healthy' "
-                        "and status = 'completed'",
+                        "select count(*) from engine.runs where flow_slug = 'healthy' and status = 'completed'",
                     )
                     if done == len(others) and v2.work_row(conn, poisoned)["health"] == "attention":
                         break
@@ -227,15 +225,12 @@ def _poison(result: ScenarioResult, url: str, mode: QueueMode) -> None:
         result.append_rows("engine_errors", backoffs)
         result.gate(
             "durable_errors_then_attention_after_3",
-            len(errors) == 3
-            and work["health"] == "attention"
-            and {e["sqlstate"] for e in errors} == {"42P01"},
+            len(errors) == 3 and work["health"] == "attention" and {e["sqlstate"] for e in errors} == {"42P01"},
             f"{len(errors)} errors ({', '.join(e['sqlstate'] for e in errors)}); health {work['health']}",
             mode,
         )
         gaps = [
-            (errors[i]["occurred_at"] - errors[i - 1]["occurred_at"]).total_seconds()
-            for i in range(1, len(errors))
+            (errors[i]["occurred_at"] - errors[i - 1]["occurred_at"]).total_seconds() for i in range(1, len(errors))
         ]
         result.gate(
             "backoff_respected_between_attempts",
@@ -251,9 +246,7 @@ def _poison(result: ScenarioResult, url: str, mode: QueueMode) -> None:
             f"reconcile under attention: {skipped.actions} actions, no row changed",
             mode,
         )
-        done = one(
-            conn, "select count(*) from engine.runs where flow_slug = 'healthy' and status = 'completed'"
-        )
+        done = one(conn, "select count(*) from engine.runs where flow_slug = 'healthy' and status = 'completed'")
         left = sum(int(one(conn, f"select count(*) from pgmq.q_{q}")) for q in watched)
         result.gate(
             "other_runs_progressed_meanwhile",

@@ -31,9 +31,7 @@ from evidence_lib.worker_v2 import V2Worker
 SCENARIO = "02_response_loss"
 
 
-def run(
-    queue_modes: str = "flow,step", repeat: int = 3, database_url: str = "", hooks: str = ""
-) -> ScenarioResult:
+def run(queue_modes: str = "flow,step", repeat: int = 3, database_url: str = "", hooks: str = "") -> ScenarioResult:
     result = ScenarioResult(
         SCENARIO, "Response-loss replay", {"queue_modes": queue_modes, "repeat": repeat, "hooks": hooks}
     )
@@ -126,13 +124,7 @@ def _prove(result: ScenarioResult, url: str, mode: QueueMode, repeat: int) -> No
     replayed = [r for r in rows if r["resubmission"] == "replayed" and r["attempts"] == 2]
     result.gate("every_resubmission_was_replayed", len(replayed) == repeat, f"{len(replayed)}/{repeat}", mode)
     once = [r for r in rows if r["handler_runs"] == 1 and r["settlements"] == 1]
-    result.gate(
-        "every_handler_ran_once", len(once) == repeat, f"{len(once)}/{repeat} ran once, one settlement", mode
-    )
-    clean = [
-        r for r in rows if r["conflicting_resubmission"] == "conflict" and r["rows_changed_by_conflict"] == 0
-    ]
-    result.gate(
-        "conflicting_resubmissions_wrote_nothing", len(clean) == repeat, f"{len(clean)}/{repeat}", mode
-    )
+    result.gate("every_handler_ran_once", len(once) == repeat, f"{len(once)}/{repeat} ran once, one settlement", mode)
+    clean = [r for r in rows if r["conflicting_resubmission"] == "conflict" and r["rows_changed_by_conflict"] == 0]
+    result.gate("conflicting_resubmissions_wrote_nothing", len(clean) == repeat, f"{len(clean)}/{repeat}", mode)
     result.gate("every_run_completed", completed == repeat, f"{completed}/{repeat} runs completed", mode)

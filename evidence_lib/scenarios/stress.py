@@ -77,9 +77,7 @@ def _worker(url: str, queues: list[str], stop: threading.Event, errors: list[str
                         task = parse_task_message(msg.message)
                         grant = v2.claim(conn, task.run_id, task.step_slug, queue, msg.msg_id)
                         if grant is not None:
-                            v2.settle(
-                                conn, grant.claim_id, "completed", {"step": grant.step_slug, "by": name}
-                            )
+                            v2.settle(conn, grant.claim_id, "completed", {"step": grant.step_slug, "by": name})
                     except (UnsupportedMessage, psycopg.Error) as exc:
                         errors.append(f"{name}: {exc}")
             if idle:
@@ -134,8 +132,7 @@ def run_stress(
     result.deadlocks_before = _deadlocks(url)
     stop = threading.Event()
     threads = [
-        threading.Thread(target=_worker, args=(url, queues, stop, result.errors, f"worker_{i}"))
-        for i in range(workers)
+        threading.Thread(target=_worker, args=(url, queues, stop, result.errors, f"worker_{i}")) for i in range(workers)
     ]
     threads += [
         threading.Thread(target=_reconciler, args=(url, stop, result.errors, f"reconciler_{i}"))

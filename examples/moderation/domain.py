@@ -61,9 +61,7 @@ def submit_review(conn: Conn, flow_slug: str, thread_id: int) -> tuple[int, UUID
 
 
 def record_fetch_attempt(conn: Conn, review_id: int) -> None:
-    conn.execute(
-        "update moderation.reviews set fetch_attempts = fetch_attempts + 1 where review_id = %s", (review_id,)
-    )
+    conn.execute("update moderation.reviews set fetch_attempts = fetch_attempts + 1 where review_id = %s", (review_id,))
 
 
 def mark_fetched(conn: Conn, review_id: int) -> bool:

@@ -80,9 +80,7 @@ def build(url: str, behaviour: Behaviour | None = None, *, slug: str = "moderati
     return flow
 
 
-def staged(
-    url: str, behaviour: Behaviour | None = None, *, slug: str = "moderation_staged"
-) -> StepQueuedFlow[Steps]:
+def staged(url: str, behaviour: Behaviour | None = None, *, slug: str = "moderation_staged") -> StepQueuedFlow[Steps]:
     return with_step_queues(build(url, behaviour, slug=slug))
 
 

@@ -72,9 +72,7 @@ def run_pipeline(
                 )
             ]
         stop = threading.Event()
-        threads_ = [
-            threading.Thread(target=w.__enter__().run, kwargs={"handle_signals": False}) for w in workers
-        ]
+        threads_ = [threading.Thread(target=w.__enter__().run, kwargs={"handle_signals": False}) for w in workers]
         maintenance = threading.Thread(target=_maintain, args=(url, stop))
         for t in [*threads_, maintenance]:
             t.start()
@@ -131,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                     else "private step queues (fetch 3, classify 1, verdict 1)"
                 )
                 print(
-                    f"{label}: {out.runs_completed}/{out.reviews} reviews decided in {out.seconds:.2f} s; "
-                    f"{out.summary}"
+                    f"{label}: {out.runs_completed}/{out.reviews} reviews decided in {out.seconds:.2f} s; {out.summary}"
                 )
                 ok = ok and out.runs_completed == out.reviews
     return 0 if ok else 1

@@ -127,8 +127,7 @@ def _crash(result: ScenarioResult, server: Server, hooks: str) -> None:
         doomed.poll()  # it takes thread 1's fetch, whose remote call hangs
         crashed_at = one(conn, "select clock_timestamp()")
         conn.execute(
-            "select pg_terminate_backend(pid, 5000) from pg_stat_activity "
-            "where application_name = 'fetch_doomed'"
+            "select pg_terminate_backend(pid, 5000) from pg_stat_activity where application_name = 'fetch_doomed'"
         )  # the worker's process dies
         doomed.request_shutdown()
         doomed.close()
@@ -136,9 +135,7 @@ def _crash(result: ScenarioResult, server: Server, hooks: str) -> None:
             url, flow, "fetch", config=WorkerConfig(concurrency=2, poll_interval=0.01), name="fetch_survivor"
         ).__enter__()
         stop = threading.Event()
-        threads_ = [
-            threading.Thread(target=w.run, kwargs={"handle_signals": False}) for w in [survivor, *others]
-        ]
+        threads_ = [threading.Thread(target=w.run, kwargs={"handle_signals": False}) for w in [survivor, *others]]
         for t in threads_:
             t.start()
         requeued = 0
@@ -203,15 +200,9 @@ def _ambiguous(result: ScenarioResult, server: Server, threads: int, hooks: str)
             ids = [one(conn, "select pgmq.send('moderation_staged__fetch', %s::jsonb)", (j,)) for j in junk]
         out = run_pipeline(url, "step", threads=threads)
         with connect(url) as conn:
-            left = one(
-                conn, "select count(*) from pgmq.q_moderation_staged__fetch where msg_id = any(%s)", (ids,)
-            )
-            archived = one(
-                conn, "select count(*) from pgmq.a_moderation_staged__fetch where msg_id = any(%s)", (ids,)
-            )
-    warnings = [
-        ln for ln in result.log_lines if "moderation_staged__fetch left intact" in ln or "not granted" in ln
-    ]
+            left = one(conn, "select count(*) from pgmq.q_moderation_staged__fetch where msg_id = any(%s)", (ids,))
+            archived = one(conn, "select count(*) from pgmq.a_moderation_staged__fetch where msg_id = any(%s)", (ids,))
+    warnings = [ln for ln in result.log_lines if "moderation_staged__fetch left intact" in ln or "not granted" in ln]
     result.table(
         "ambiguous_input",
         [
@@ -227,8 +218,7 @@ def _ambiguous(result: ScenarioResult, server: Server, threads: int, hooks: str)
     result.gate(
         "ambiguous input: malformed or unknown messages left intact, valid work goes on",
         left == len(ids) and archived == 0 and out.runs_completed == threads,
-        f"{left}/{len(ids)} junk messages still queued, {len(warnings)} warnings; "
-        f"{out.runs_completed} decided",
+        f"{left}/{len(ids)} junk messages still queued, {len(warnings)} warnings; {out.runs_completed} decided",
     )
 
 

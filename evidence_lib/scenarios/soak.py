@@ -1,0 +1,249 @@
+"""The soak: N v2 workers and M reconciler drivers over K runs, with real faults injected at a
+rate: lost acknowledgements (the workers talk through a LostAckProxy that is re-armed after
+every `1 / rate` settlements) and takeovers (a `rate` share of A handlers hangs past its lease;
+an operator thread takes the task over and settles it). Everything is read back afterwards:
+every run terminal, no task, message or settlement duplicated, handler effects exactly once
+except where a takeover re-ran a handler (at least once, by design), deadlocks unchanged.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from evidence_lib import engine_v2 as v2
+from evidence_lib.db import connect
+from evidence_lib.faults import LostAckProxy, xact_status
+from evidence_lib.flows import Flow, compile_flow, route, with_step_queues
+from evidence_lib.jsontypes import Json
+from evidence_lib.reconciler import Reconciler
+from evidence_lib.scenarios.common import QueueMode, one
+from evidence_lib.scenarios.stress import _deadlocks
+from evidence_lib.worker_common import WorkerConfig
+from evidence_lib.worker_v2 import V2Worker
+
+LEASE_TIMEOUT = 1  # seconds: A hangs past claim + 1 s + 2 s of grace
+
+
+@dataclass
+class SoakResult:
+    mode: QueueMode
+    runs: int
+    workers: int
+    reconcilers: int
+    rate: float
+    seconds: float = 0.0
+    facts: dict[str, Any] = field(default_factory=dict)
+    deadlocks_before: int = 0
+    deadlocks_after: int = 0
+
+    @property
+    def gates(self) -> dict[str, tuple[bool, str]]:
+        f, n = self.facts, self.runs
+        return {
+            "every_run_terminal": (
+                f["not_terminal"] == 0 and f["completed"] == n,
+                f"{f['completed']}/{n} completed, {f['not_terminal']} not terminal",
+            ),
+            "no_duplicated_task": (f["tasks"] == 2 * n and f["duplicate_tasks"] == 0, f"{f['tasks']} tasks"),
+            "no_duplicated_message": (
+                f["archived"] == 2 * n and f["left"] == 0 and f["duplicate_messages"] == 0,
+                f"{f['archived']} archived, {f['left']} left, {f['duplicate_messages']} dup",
+            ),
+            "one_settlement_per_task": (f["settlements"] == 2 * n, f"{f['settlements']} settlements"),
+            "handler_effects_once_unless_taken_over": (
+                f["effects_not_once"] == 0 and f["taken_over_effects_ok"],
+                f"tasks with effects != 1 outside takeovers: {f['effects_not_once']}; taken over: {f['takeovers']}",
+            ),
+            "lost_acks_resolved_by_server_truth": (
+                f["lost_acks"] > 0 and f["lost_acks_consistent"] == f["lost_acks"],
+                f"{f['lost_acks']} commits lost their reply; the resubmission agreed with pg_xact_status "
+                f"(committed -> replayed, aborted -> accepted) {f['lost_acks_consistent']} times",
+            ),
+            "takeovers_recovered": (
+                f["takeovers"] > 0 and f["revoked"] == f["takeovers"],
+                f"{f['takeovers']} takeovers, {f['revoked']} claims revoked",
+            ),
+            "no_deadlock": (
+                self.deadlocks_after == self.deadlocks_before,
+                f"pg_stat_database.deadlocks {self.deadlocks_before} -> {self.deadlocks_after}",
+            ),
+        }
+
+
+def _hangs(run_id: Json, rate: float) -> bool:
+    return rate > 0 and zlib.crc32(str(run_id).encode()) % max(1, round(1 / rate)) == 0
+
+
+def _flow(url: str, mode: QueueMode, rate: float) -> Any:
+    def effect(step: str, payload: Json) -> Json:
+        assert isinstance(payload, dict)
+        run_id = payload["run"]["id"] if "run" in payload else payload["id"]  # type: ignore[index, call-overload]
+        with connect(url, application_name="soak_handler") as c:
+            c.execute("insert into soak_effects (run_id, step) values (%s, %s)", (run_id, step))
+        if step == "A" and _hangs(run_id, rate):
+            time.sleep(LEASE_TIMEOUT + 2.5)  # hangs past its lease: the claim will be taken over
+        return {"step": step}
+
+    flow: Flow[Any] = Flow("soak", max_attempts=1, timeout=LEASE_TIMEOUT)
+    flow.add("A", lambda p: effect("A", p)).add("B", lambda p: effect("B", p), deps=["A"])
+    return with_step_queues(flow) if mode == "step" else flow
+
+
+def _operator(url: str, flow: Any, stop: threading.Event, taken: list[UUID]) -> None:
+    """Takes over expired claims (the controlled takeover) and settles them itself."""
+    with connect(url, application_name="soak_operator") as conn:
+        while not stop.is_set():
+            expired = conn.execute(
+                "select c.run_id, c.step_slug, c.claim_id, c.queue_name, c.message_id from engine.task_claims c "
+                "join engine.step_tasks t using (run_id, step_slug, task_index) where c.state = 'current' "
+                "and t.status = 'started' and c.lease_expires_at < clock_timestamp()"
+            ).fetchall()
+            for run_id, step, claim_id, queue, mid in expired:
+                try:
+                    grant = v2.take_over(conn, run_id, step, claim_id, queue, mid)
+                except psycopg.Error:
+                    continue  # settled meanwhile: nothing to take over
+                if grant is None:
+                    continue
+                taken.append(grant.claim_id)
+                with connect(url, application_name="soak_handler") as c:
+                    c.execute("insert into soak_effects (run_id, step) values (%s, %s)", (str(run_id), step))
+                v2.settle(conn, grant.claim_id, "completed", {"step": step, "by": "operator"})
+            stop.wait(0.2)
+
+
+def _chaos(proxy: LostAckProxy, url: str, every: int, stop: threading.Event) -> None:
+    """Re-arm the proxy after every `every` settlements: a share of commits lose their reply."""
+    with connect(url, application_name="soak_chaos") as conn:
+        while not stop.is_set():
+            proxy.arm()
+            while not stop.is_set() and not proxy.fired:
+                stop.wait(0.01)
+            base = int(one(conn, "select count(*) from engine.task_settlements"))
+            while not stop.is_set() and int(one(conn, "select count(*) from engine.task_settlements")) < base + every:
+                stop.wait(0.02)
+
+
+def _started(conn: Any) -> int:
+    return int(one(conn, "select count(*) from engine.runs where status = 'started'"))
+
+
+FACTS = """
+select (select count(*) from engine.runs where status not in ('completed', 'failed')) as not_terminal,
+       (select count(*) from engine.runs where status = 'completed') as completed,
+       (select count(*) from engine.step_tasks) as tasks,
+       (select count(*) - count(distinct (run_id, step_slug)) from engine.step_tasks) as duplicate_tasks,
+       (select count(*) from engine.task_settlements) as settlements,
+       (select count(*) from engine.task_claims where state = 'revoked') as revoked
+"""
+
+
+def run_soak(
+    url: str,
+    mode: QueueMode = "flow",
+    *,
+    runs: int = 1000,
+    workers: int = 4,
+    reconcilers: int = 2,
+    rate: float = 0.02,
+    timeout: float = 300.0,
+) -> SoakResult:
+    result = SoakResult(mode, runs, workers, reconcilers, rate)
+    flow = _flow(url, mode, rate)
+    with connect(url, application_name="soak") as conn:
+        conn.execute("create table soak_effects (id bigserial primary key, run_id text not null, step text not null)")
+        compile_flow(conn, flow)
+        with conn.transaction():
+            for _ in range(runs):
+                run_id = v2.start_run(conn, "soak", {"id": "pending"})
+                conn.execute(
+                    "update engine.runs set input = jsonb_build_object('id', run_id::text) where run_id = %s", (run_id,)
+                )  # the handlers need their run id in the input
+        result.deadlocks_before = _deadlocks(url)
+        stop = threading.Event()
+        taken: list[UUID] = []
+        steps: list[str | None] = [None] if mode == "flow" else ["A", "B"]
+        with LostAckProxy(url) as proxy:
+            pool = [
+                V2Worker.serving(
+                    proxy.url,
+                    flow,
+                    steps[i % len(steps)],
+                    name=f"soak_worker_{i}",
+                    config=WorkerConfig(concurrency=4, poll_interval=0.01, visibility_timeout=5),
+                )
+                for i in range(max(workers, len(steps)))
+            ]
+            drivers = [Reconciler(url, poll_interval=0.01, name=f"soak_reconciler_{i}") for i in range(reconcilers)]
+            threads = [threading.Thread(target=w.__enter__().run, kwargs={"handle_signals": False}) for w in pool]
+            threads += [threading.Thread(target=d.run) for d in drivers]
+            threads += [
+                threading.Thread(target=_operator, args=(url, flow, stop, taken)),
+                threading.Thread(target=_chaos, args=(proxy, url, max(1, round(1 / rate)), stop)),
+            ]
+            started = time.perf_counter()
+            for t in threads:
+                t.start()
+            try:
+                deadline = time.monotonic() + timeout
+                while _started(conn) and time.monotonic() < deadline:
+                    stop.wait(0.1)  # progress poll
+            finally:
+                result.seconds = time.perf_counter() - started
+                stop.set()
+                for w in pool:
+                    w.request_shutdown()
+                for d in drivers:
+                    d.stop()
+                for t in threads:
+                    t.join(30)
+            drops = [e.detail for e in proxy.events if e.event == "reply_dropped"]
+        result.deadlocks_after = _deadlocks(url)
+        cur = conn.execute(FACTS)
+        names = [d.name for d in cur.description or []]
+        row = cur.fetchone()
+        assert row is not None
+        f: dict[str, Any] = dict(zip(names, row, strict=True))
+        archived = left = dup = 0
+        for queue in sorted({route(flow, "A"), route(flow, "B")}):
+            archived += int(one(conn, f"select count(*) from pgmq.a_{queue}"))
+            left += int(one(conn, f"select count(*) from pgmq.q_{queue}"))
+            dup += int(
+                one(
+                    conn,
+                    f"select count(*) - count(distinct (message->>'run_id', message->>'step_slug')) "
+                    f"from pgmq.a_{queue}",
+                )
+            )
+        taken_runs = {
+            str(r[0])
+            for r in conn.execute("select distinct run_id from engine.task_claims where state = 'revoked'").fetchall()
+        }
+        counts = conn.execute("select run_id, step, count(*) from soak_effects group by 1, 2").fetchall()
+        f["effects_not_once"] = sum(1 for r, s, n in counts if n != 1 and not (s == "A" and r in taken_runs))
+        f["taken_over_effects_ok"] = all(1 <= n <= 2 for r, s, n in counts if s == "A" and r in taken_runs)
+        settlements = [s for w in pool for s in w.stats.settlements]
+        lost = [s for s in settlements if any(a.indeterminate for a in s.attempts)]
+        f.update(
+            archived=archived,
+            left=left,
+            duplicate_messages=dup,
+            takeovers=len(taken),
+            lost_acks=len(lost),
+            lost_acks_replayed=sum(1 for s in lost if s.final == "replayed"),
+            late_settlements=sum(1 for s in settlements if s.final in ("stale", "deadline_exceeded")),
+        )
+        truths = [(xact_status(conn, str(next(a.xid for a in s.attempts if a.indeterminate))), s.final) for s in lost]
+        f["lost_acks_consistent"] = sum(
+            1 for truth, final in truths if (truth, final) in {("committed", "replayed"), ("aborted", "accepted")}
+        )
+        f["proxy_drops"] = sorted(set(drops))
+        result.facts = f
+    return result
