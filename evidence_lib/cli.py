@@ -42,11 +42,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from evidence_lib import bench
+    import pandas as pd
 
-    with db.open_server(args.database_url) as server:
-        print(bench.run_and_format(server, seconds=args.seconds))
-    return 0
+    from evidence_lib.scenarios import performance
+
+    result = performance.run(
+        workers=args.workers,
+        seconds=args.seconds,
+        backlog=args.backlog,
+        soak_runs=args.soak_runs,
+        database_url=args.database_url or "",
+    )
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 60):
+        print(result.notes[0] if result.notes else "")
+        for name in ("targets", "throughput", "latency", "one_run_phases", "starvation", "soak"):
+            if name in result.tables:
+                print(f"\n== {name}\n{result.tables[name].to_string(index=False)}")
+    print("\n" + result.verdict())
+    return 0 if result.passed else 1
 
 
 def cmd_evidence(args: argparse.Namespace) -> int:
@@ -80,7 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_migrate)
     p = sub.add_parser("bench", help="throughput and latency: raw PGMQ vs the engine")
     _server_args(p)
-    p.add_argument("--seconds", type=float, default=3.0, help="measuring time per case")
+    p.add_argument("--seconds", type=float, default=3.0, help="measuring window per case")
+    p.add_argument("--workers", default="1,2,4", help="worker counts to measure")
+    p.add_argument("--backlog", type=int, default=10_000, help="queued A messages in the starvation experiment")
+    p.add_argument("--soak-runs", type=int, default=1000, help="runs per soak and queue mode")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("evidence", help="run the evidence scenarios and write a bundle")
     _server_args(p)

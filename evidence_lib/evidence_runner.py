@@ -40,6 +40,7 @@ SCENARIOS: dict[str, str] = {
     "reconciliation": "04_reconciliation",
     "queue_identity": "05_queue_identity",
     "admission": "06_admission",
+    "performance": "07_performance",
     "validation": "08_moderation_validation",
 }
 RUNNER_PARAMETERS = {"database_url", "bundle_dir"}

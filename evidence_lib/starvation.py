@@ -1,145 +1,161 @@
-"""The starvation experiment: does a backlog of slow A tasks delay B?
+"""The starvation experiment: does a backlog of A tasks delay B?
 
-Runs `backlog` A -> B runs at once, in plain flow mode (one queue, one pool of `workers`) and
-with private step queues (the same total: a pool for A and a pool for B), and reads B's
-end-to-end latency (from B's message being sent to B's completion) back from `step_tasks`.
-A measurement for `make bench` and the performance evidence, never a test assertion.
+`probes` v2 A -> B runs are started first, then `backlog` more, so every probe's A is at the
+head of the queue. In plain flow mode a probe's B message joins the one queue behind the whole
+backlog; with private step queues it has its own queue and its own worker. B's latency (from B's
+task being created by reconciliation to B's settlement) is read back from the database for
+the probes; the same total worker count serves both modes. A measurement, never a test.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from evidence_lib import db, engine, migrate
+from evidence_lib import db, migrate
+from evidence_lib import engine_v2 as v2
 from evidence_lib.db import Server, connect
 from evidence_lib.flows import AnyFlow, Flow, compile_flow, with_step_queues
 from evidence_lib.jsontypes import Json
+from evidence_lib.reconciler import Reconciler
 from evidence_lib.timing import percentile
-from evidence_lib.worker import Worker
 from evidence_lib.worker_common import WorkerConfig
+from evidence_lib.worker_v2 import V2Worker
 
-PROGRESS_POLL = 0.05  # seconds between two progress reads while runs drain (not an ordering)
+PROGRESS_POLL = 0.1  # seconds between two progress reads while the probes drain (not an ordering)
 
 
 @dataclass(frozen=True)
 class StarvationResult:
     mode: str
     backlog: int
+    probes: int
     workers: int
-    a_seconds: float
+    a_ms: float
     b_p50_ms: float
     b_p95_ms: float
     b_max_ms: float
-    drain_seconds: float
+    seconds: float
+    latencies_ms: list[float] = field(default_factory=list, compare=False)
 
 
-def _flow(a_seconds: float) -> Flow[Any]:
+def _flow(a_ms: float, mode: str) -> AnyFlow:
     def slow_a(payload: Json) -> Json:
-        time.sleep(a_seconds)  # the simulated work of a slow step
+        time.sleep(a_ms / 1000)  # the simulated work of a slow step
         return {"a": True}
 
     def fast_b(payload: Json) -> Json:
         return {"b": True}
 
-    flow: Flow[Any] = Flow("starve", max_attempts=1, timeout=120)
+    flow: Flow[Any] = Flow("starve", max_attempts=1, timeout=900)
     flow.add("A", slow_a).add("B", fast_b, deps=["A"])
-    return flow
+    return with_step_queues(flow) if mode == "step" else flow
 
 
-def _pools(url: str, flow: AnyFlow, mode: str, workers: int) -> list[Worker]:
-    if mode == "flow":
-        return [
-            Worker.serving(
-                url,
-                flow,
-                config=WorkerConfig(concurrency=workers, poll_interval=0.01),
-                name="starve_plain",
-            )
-        ]
-    a_share = max(1, workers - workers // 2)
-    return [
-        Worker.serving(
-            url,
-            flow,
-            "A",
-            config=WorkerConfig(concurrency=a_share, poll_interval=0.01),
-            name="starve_a",
-        ),
-        Worker.serving(
-            url,
-            flow,
-            "B",
-            config=WorkerConfig(concurrency=max(1, workers - a_share), poll_interval=0.01),
-            name="starve_b",
-        ),
-    ]
-
-
-def run_mode(server: Server, mode: str, *, backlog: int, workers: int, a_seconds: float) -> StarvationResult:
-    base = _flow(a_seconds)
-    flow: AnyFlow = with_step_queues(base) if mode == "step" else base
+def run_mode(
+    server: Server, mode: str, *, backlog: int, probes: int, workers: int, a_ms: float, timeout: float = 600.0
+) -> StarvationResult:
+    flow = _flow(a_ms, mode)
     with db.scratch_database(server, prefix="starve") as url:
         migrate.apply_migrations(url)
-        with connect(url) as conn:
+        with connect(url, application_name="starvation") as conn:
             compile_flow(conn, flow)
-            with conn.transaction():
-                for i in range(backlog):
-                    engine.start_flow(conn, "starve", {"i": i})
-            pools = _pools(url, flow, mode, workers)
-            threads = []
-            start = time.perf_counter()
-            for w in pools:
-                w.__enter__()
-                threads.append(threading.Thread(target=w.run, kwargs={"handle_signals": False}))
+            probe_ids = [v2.start_run(conn, "starve", {"probe": i}) for i in range(probes)]
+            conn.execute(
+                "select count(engine.v2_start_run('starve', '{}'::jsonb)) from generate_series(1, %s)", (backlog,)
+            )
+            if mode == "step":
+                pools = [
+                    V2Worker.serving(
+                        url,
+                        flow,
+                        "A",
+                        config=WorkerConfig(
+                            concurrency=max(1, workers - 1),
+                            poll_interval=0.01,
+                        ),
+                        name="starve_a",
+                    ),
+                    V2Worker.serving(
+                        url,
+                        flow,
+                        "B",
+                        config=WorkerConfig(concurrency=1, poll_interval=0.01),
+                        name="starve_b",
+                    ),
+                ]
+            else:
+                pools = [
+                    V2Worker.serving(
+                        url, flow, config=WorkerConfig(concurrency=workers, poll_interval=0.01), name="starve_plain"
+                    )
+                ]
+            driver = Reconciler(url, poll_interval=0.01, name="starve_reconciler")
+            threads = [threading.Thread(target=w.__enter__().run, kwargs={"handle_signals": False}) for w in pools]
+            threads.append(threading.Thread(target=driver.run))
+            started = time.perf_counter()
             for t in threads:
                 t.start()
-            while True:
-                row = conn.execute("select count(*) from engine.runs where status <> 'completed'").fetchone()
-                if row is not None and row[0] == 0:
-                    break
-                time.sleep(PROGRESS_POLL)
-            drain = time.perf_counter() - start
-            for w in pools:
-                w.request_shutdown()
-            for t in threads:
-                t.join()
+            try:
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    row = conn.execute(
+                        "select count(*) from engine.runs where run_id = any(%s) and status <> 'completed'",
+                        (probe_ids,),
+                    ).fetchone()
+                    if row is not None and row[0] == 0:
+                        break
+                    time.sleep(PROGRESS_POLL)
+            finally:
+                seconds = time.perf_counter() - started
+                for w in pools:
+                    w.request_shutdown()
+                driver.stop()
+                for t in threads:
+                    t.join(60)
             latencies = [
-                float(r[0])
+                float(r[0]) * 1000
                 for r in conn.execute(
-                    "select extract(epoch from completed_at - queued_at) from engine.step_tasks where step_slug = 'B'"
+                    "select extract(epoch from s.settled_at - t.queued_at) from engine.step_tasks t "
+                    "join engine.task_claims c using (run_id, step_slug, task_index) "
+                    "join engine.task_settlements s on s.claim_id = c.claim_id "
+                    "where t.step_slug = 'B' and t.run_id = any(%s)",
+                    (probe_ids,),
                 ).fetchall()
             ]
     return StarvationResult(
         mode,
         backlog,
+        probes,
         workers,
-        a_seconds,
-        percentile(latencies, 50) * 1000,
-        percentile(latencies, 95) * 1000,
-        max(latencies) * 1000,
-        drain,
+        a_ms,
+        percentile(latencies, 50),
+        percentile(latencies, 95),
+        max(latencies, default=float("nan")),
+        seconds,
+        sorted(latencies),
     )
 
 
 def run_starvation(
-    server: Server, *, backlog: int = 200, workers: int = 2, a_seconds: float = 0.02
+    server: Server, *, backlog: int = 10_000, probes: int = 50, workers: int = 4, a_ms: float = 10.0
 ) -> list[StarvationResult]:
-    return [run_mode(server, mode, backlog=backlog, workers=workers, a_seconds=a_seconds) for mode in ("flow", "step")]
+    return [
+        run_mode(server, mode, backlog=backlog, probes=probes, workers=workers, a_ms=a_ms) for mode in ("flow", "step")
+    ]
 
 
 def format_starvation(results: list[StarvationResult]) -> str:
     lines = [
-        f"{'mode':<12} {'backlog':>7} {'workers':>7} {'A s':>6} {'B p50 ms':>9} "
-        f"{'B p95 ms':>9} {'B max ms':>9} {'drain s':>8}"
+        f"{'mode':<12} {'backlog':>7} {'probes':>6} {'workers':>7} {'A ms':>5} {'B p50 ms':>9} "
+        f"{'B p95 ms':>9} {'B max ms':>9} {'wall s':>7}"
     ]
     for r in results:
         label = "plain flow" if r.mode == "flow" else "step queues"
         lines.append(
-            f"{label:<12} {r.backlog:>7} {r.workers:>7} {r.a_seconds:>6.3f} "
-            f"{r.b_p50_ms:>9.1f} {r.b_p95_ms:>9.1f} {r.b_max_ms:>9.1f} "
-            f"{r.drain_seconds:>8.2f}"
+            f"{label:<12} {r.backlog:>7} {r.probes:>6} {r.workers:>7} {r.a_ms:>5.1f} {r.b_p50_ms:>9.1f} "
+            f"{r.b_p95_ms:>9.1f} {r.b_max_ms:>9.1f} {r.seconds:>7.2f}"
         )
     return "\n".join(lines)

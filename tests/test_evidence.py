@@ -45,7 +45,9 @@ def test_an_unknown_parameter_is_an_error(tmp_path: Path) -> None:
 
 def test_smoke_run_of_every_notebook(server: Server, tmp_path: Path) -> None:
     bundle = tmp_path / "bundle"
-    code = run_evidence("", {"queue_modes": "step", "repeat": 1}, database_url=server.maintenance_url, out=bundle)
+    small = {"queue_modes": "step", "repeat": 1, "workers": "1", "seconds": 1.0, "backlog": 300, "probes": 10,
+             "soak_runs": 100, "threads": 12}
+    code = run_evidence("", small, database_url=server.maintenance_url, out=bundle)
     manifest = json.loads((bundle / "manifest.json").read_text())
     red = {k: v for k, v in manifest["gates"].items() if v != "PASS"}
     assert code == 0 and manifest["passed"] and not red, (red, [n["error"] for n in manifest["notebooks"]])

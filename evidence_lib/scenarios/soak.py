@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -77,17 +76,14 @@ class SoakResult:
         }
 
 
-def _hangs(run_id: Json, rate: float) -> bool:
-    return rate > 0 and zlib.crc32(str(run_id).encode()) % max(1, round(1 / rate)) == 0
-
-
 def _flow(url: str, mode: QueueMode, rate: float) -> Any:
     def effect(step: str, payload: Json) -> Json:
         assert isinstance(payload, dict)
-        run_id = payload["run"]["id"] if "run" in payload else payload["id"]  # type: ignore[index, call-overload]
+        run_input = payload.get("run", payload)
+        assert isinstance(run_input, dict)
         with connect(url, application_name="soak_handler") as c:
-            c.execute("insert into soak_effects (run_id, step) values (%s, %s)", (run_id, step))
-        if step == "A" and _hangs(run_id, rate):
+            c.execute("insert into soak_effects (run_id, step) values (%s, %s)", (str(run_input["id"]), step))
+        if step == "A" and run_input.get("hang"):
             time.sleep(LEASE_TIMEOUT + 2.5)  # hangs past its lease: the claim will be taken over
         return {"step": step}
 
@@ -114,7 +110,11 @@ def _operator(url: str, flow: Any, stop: threading.Event, taken: list[UUID]) -> 
                     continue
                 taken.append(grant.claim_id)
                 with connect(url, application_name="soak_handler") as c:
-                    c.execute("insert into soak_effects (run_id, step) values (%s, %s)", (str(run_id), step))
+                    payload = grant.input
+                    assert isinstance(payload, dict)
+                    run_input = payload.get("run", payload)
+                    assert isinstance(run_input, dict)
+                    c.execute("insert into soak_effects (run_id, step) values (%s, %s)", (str(run_input["id"]), step))
                 v2.settle(conn, grant.claim_id, "completed", {"step": step, "by": "operator"})
             stop.wait(0.2)
 
@@ -161,11 +161,10 @@ def run_soak(
         conn.execute("create table soak_effects (id bigserial primary key, run_id text not null, step text not null)")
         compile_flow(conn, flow)
         with conn.transaction():
-            for _ in range(runs):
-                run_id = v2.start_run(conn, "soak", {"id": "pending"})
-                conn.execute(
-                    "update engine.runs set input = jsonb_build_object('id', run_id::text) where run_id = %s", (run_id,)
-                )  # the handlers need their run id in the input
+            hangs = max(1, round(rate * runs)) if rate > 0 else 0  # exactly this many A handlers hang
+            every = max(1, runs // max(hangs, 1))
+            for i in range(runs):
+                v2.start_run(conn, "soak", {"id": i, "hang": i % every == 0 and i // every < hangs})
         result.deadlocks_before = _deadlocks(url)
         stop = threading.Event()
         taken: list[UUID] = []
@@ -224,7 +223,10 @@ def run_soak(
             )
         taken_runs = {
             str(r[0])
-            for r in conn.execute("select distinct run_id from engine.task_claims where state = 'revoked'").fetchall()
+            for r in conn.execute(
+                "select distinct r.input->>'id' from engine.task_claims c join engine.runs r using (run_id) "
+                "where c.state = 'revoked'"
+            ).fetchall()
         }
         counts = conn.execute("select run_id, step, count(*) from soak_effects group by 1, 2").fetchall()
         f["effects_not_once"] = sum(1 for r, s, n in counts if n != 1 and not (s == "A" and r in taken_runs))

@@ -1,0 +1,275 @@
+"""Scenario 7, performance and stress: one server, one run.
+
+Throughput of raw PGMQ (send + read + archive), v1 A -> B and v2 A -> B (through the real
+worker and reconciler driver) at each worker count, per-call latency (p50/p95/p99), round trips
+and server CPU per unit, the ratios v2/v1 and v2/(raw bound for two messages); the phases of
+one v2 run; the starvation experiment; and the soak with injected faults. The targets (v2 at
+least 40% of the raw bound, at most 6 ms of server CPU per v2 run) are measured and shown as
+met or not; the soak and the starvation isolation are gates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+from evidence_lib import perf
+from evidence_lib.db import Server, connect
+from evidence_lib.report import ScenarioResult
+from evidence_lib.scenarios.common import modes, rows, scenario_database, scenario_server
+from evidence_lib.scenarios.soak import run_soak
+from evidence_lib.starvation import run_starvation
+
+SCENARIO = "07_performance"
+TARGET_RATIO, TARGET_CPU_MS = 0.40, 6.0
+
+
+def run(
+    workers: str = "1,2,4",
+    seconds: float = 3.0,
+    backlog: int = 10_000,
+    probes: int = 50,
+    a_ms: float = 10.0,
+    soak_runs: int = 1000,
+    soak_workers: int = 4,
+    soak_reconcilers: int = 2,
+    fault_rate: float = 0.02,
+    queue_modes: str = "flow,step",
+    database_url: str = "",
+    hooks: str = "",
+) -> ScenarioResult:
+    result = ScenarioResult(
+        SCENARIO,
+        "Performance and stress",
+        {
+            "workers": workers,
+            "seconds": seconds,
+            "backlog": backlog,
+            "probes": probes,
+            "a_ms": a_ms,
+            "soak_runs": soak_runs,
+            "soak_workers": soak_workers,
+            "soak_reconcilers": soak_reconcilers,
+            "fault_rate": fault_rate,
+            "queue_modes": queue_modes,
+            "hooks": hooks,
+        },
+    )
+    with result.capture_logs(), scenario_server(database_url) as server:
+        with connect(server.maintenance_url) as conn:
+            settings = {
+                n: conn.execute(f"show {n}").fetchone()[0]  # type: ignore[index]
+                for n in ("server_version", "fsync", "synchronous_commit", "shared_buffers")
+            }
+        result.notes.append("server: " + ", ".join(f"{k}={v}" for k, v in settings.items()) + f" ({server.kind})")
+        parts: list[Callable[[], None]] = [
+            lambda: _throughput(result, server, workers, seconds, hooks),
+            lambda: _starvation(result, server, backlog, probes, a_ms),
+            lambda: _soak(result, server, queue_modes, soak_runs, soak_workers, soak_reconcilers, fault_rate, hooks),
+        ]
+        for part in parts:
+            try:
+                part()
+            except Exception as exc:
+                result.gate("part_ran_to_the_end", False, f"{type(exc).__name__}: {exc}")
+    return result
+
+
+def _throughput(result: ScenarioResult, server: Server, workers: str, seconds: float, hooks: str) -> None:
+    counts = [int(w) for w in workers.split(",") if w.strip()]
+    table, latency, targets = [], [], []
+    for n in counts:
+        with scenario_database(server, hooks=hooks, prefix="perf") as url:
+            cases = [
+                perf.raw_pgmq(server, url, n, seconds),
+                perf.v1_runs(server, url, n, seconds),
+                perf.v2_runs(server, url, n, seconds),
+            ]
+            if n == max(counts):
+                _phases(result, url)
+        raw, v1, v2 = cases
+        bound = raw.per_second / 2
+        for c in cases:
+            table.append(
+                {
+                    "case": c.case,
+                    "workers": n,
+                    "processes": c.connections,
+                    "per_s": round(c.per_second, 1),
+                    "unit": c.unit,
+                    "round_trips_per_unit": round(c.round_trips_per_unit, 2),
+                    "server_cpu_ms_per_unit": None if c.cpu_ms_per_unit is None else round(c.cpu_ms_per_unit, 2),
+                    "client_cpu_ms_per_unit": round(c.extra["client_cpu_s"] * 1000 / c.units, 2) if c.units else None,
+                    "errors": "; ".join(c.extra["errors"]),
+                }
+            )
+            for call, s in c.calls.summary_ms().items():
+                latency.append(
+                    {
+                        "case": c.case,
+                        "workers": n,
+                        "call": call,
+                        "calls": int(s["calls"]),
+                        "p50_ms": round(s["p50_ms"], 3),
+                        "p95_ms": round(s["p95_ms"], 3),
+                        "p99_ms": round(s["p99_ms"], 3),
+                    }
+                )
+        ratio = v2.per_second / bound if bound else 0.0
+        targets.append(
+            {
+                "workers": n,
+                "raw_bound_runs_per_s": round(bound, 1),
+                "v1_runs_per_s": round(v1.per_second, 1),
+                "v2_runs_per_s": round(v2.per_second, 1),
+                "v2_over_v1": round(v2.per_second / v1.per_second, 2) if v1.per_second else None,
+                "v2_over_raw_bound": round(ratio, 3),
+                "ratio_target_met": ratio >= TARGET_RATIO,
+                "v2_server_cpu_ms_per_run": v2.cpu_ms_per_unit,
+                "cpu_target_met": None if v2.cpu_ms_per_unit is None else v2.cpu_ms_per_unit <= TARGET_CPU_MS,
+            }
+        )
+        result.gate(
+            "every throughput case did work without errors",
+            all(c.units > 0 and not c.extra["errors"] for c in cases),
+            f"{n} worker(s): " + ", ".join(f"{c.case}: {c.units} {c.unit}" for c in cases),
+        )
+    result.table("throughput", table)
+    result.table("latency", latency)
+    result.table("targets", targets)
+    _throughput_charts(result, targets, latency, max(counts))
+
+
+def _claimed(step: str) -> str:
+    return f"(select c.claimed_at from engine.task_claims c where c.run_id = r.run_id and c.step_slug = '{step}')"
+
+
+def _settled(step: str) -> str:
+    return (
+        f"(select s.settled_at from engine.task_settlements s join engine.task_claims c using (claim_id) "
+        f"where c.run_id = r.run_id and c.step_slug = '{step}')"
+    )
+
+
+PHASES = (
+    f"select r.run_id, r.started_at, {_claimed('A')} a_claimed, {_settled('A')} a_settled, "
+    "(select t.queued_at from engine.step_tasks t where t.run_id = r.run_id and t.step_slug = 'B') b_created, "
+    f"{_claimed('B')} b_claimed, {_settled('B')} b_settled, r.completed_at from engine.runs r "
+    "where r.protocol = 'v2' and r.status = 'completed' order by r.completed_at desc limit 1"
+)
+
+
+def _phases(result: ScenarioResult, url: str) -> None:
+    with connect(url) as conn:
+        [run] = rows(conn, PHASES)
+    marks = ["started_at", "a_claimed", "a_settled", "b_created", "b_claimed", "b_settled", "completed_at"]
+    labels = [
+        "start -> A claimed",
+        "A claimed -> A settled",
+        "A settled -> B created (reconcile)",
+        "B created -> B claimed",
+        "B claimed -> B settled",
+        "B settled -> run completed (reconcile)",
+    ]
+    phases = [
+        {"phase": label, "ms": round((run[b] - run[a]).total_seconds() * 1000, 3)}
+        for label, a, b in zip(labels, marks, marks[1:], strict=False)
+    ]
+    result.table("one_run_phases", phases)
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.barh([p["phase"] for p in phases], [p["ms"] for p in phases], color="#55a868")
+    ax.invert_yaxis()
+    ax.set_xlabel("ms (server timestamps of one v2 run under load)")
+    ax.set_title("Per-phase timing of one v2 A -> B run")
+    fig.tight_layout()
+    result.chart("one_run_phases", fig)
+
+
+def _throughput_charts(
+    result: ScenarioResult, targets: list[dict[str, Any]], latency: list[dict[str, Any]], top: int
+) -> None:
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ws = [t["workers"] for t in targets]
+    ax.plot(ws, [t["raw_bound_runs_per_s"] for t in targets], "k--", marker="o", label="raw PGMQ bound (msgs/s / 2)")
+    ax.plot(ws, [t["v1_runs_per_s"] for t in targets], marker="o", label="v1 A -> B")
+    ax.plot(ws, [t["v2_runs_per_s"] for t in targets], marker="o", label="v2 A -> B (worker + reconciler)")
+    ax.plot(
+        ws, [t["raw_bound_runs_per_s"] * TARGET_RATIO for t in targets], ":", color="grey", label="target: 40% of bound"
+    )
+    ax.set_xlabel("concurrent workers (connections for raw)")
+    ax.set_ylabel("runs/s")
+    ax.set_xticks(ws)
+    ax.legend(fontsize=8)
+    ax.set_title("Throughput vs workers (one server, one run)")
+    fig.tight_layout()
+    result.chart("throughput", fig)
+    v2_calls = [r for r in latency if r["workers"] == top and r["case"].startswith(("v2", "raw"))]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    names = [f"{r['case'].split(' ')[0]} {r['call']}" for r in v2_calls]
+    for key, marker in (("p50_ms", "o"), ("p95_ms", "s"), ("p99_ms", "^")):
+        ax.scatter([r[key] for r in v2_calls], names, marker=marker, label=key)
+    ax.set_xscale("log")
+    ax.set_xlabel("ms per SQL call (client side)")
+    ax.legend(fontsize=8)
+    ax.set_title(f"Per-call latency at {top} workers")
+    fig.tight_layout()
+    result.chart("latency", fig)
+
+
+def _starvation(result: ScenarioResult, server: Server, backlog: int, probes: int, a_ms: float) -> None:
+    results = run_starvation(server, backlog=backlog, probes=probes, a_ms=a_ms)
+    result.table("starvation", [{k: v for k, v in r.__dict__.items() if k != "latencies_ms"} for r in results])
+    plain, step = results
+    result.gate(
+        "private step queues isolate B from the A backlog",
+        step.b_p95_ms * 5 < plain.b_p95_ms,
+        f"B p95 behind {backlog} queued A tasks: plain {plain.b_p95_ms:.0f} ms, step queues {step.b_p95_ms:.1f} ms",
+    )
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for r in results:
+        ax.plot(
+            [i / max(len(r.latencies_ms) - 1, 1) * 100 for i in range(len(r.latencies_ms))],
+            r.latencies_ms,
+            marker=".",
+            label="plain flow" if r.mode == "flow" else "private step queues",
+        )
+    ax.set_yscale("log")
+    ax.set_xlabel("percentile of the probe runs")
+    ax.set_ylabel("B latency, ms")
+    ax.set_title(f"B's latency behind {backlog} queued A messages ({a_ms:.0f} ms each)")
+    ax.legend()
+    fig.tight_layout()
+    result.chart("starvation", fig)
+
+
+def _soak(
+    result: ScenarioResult,
+    server: Server,
+    queue_modes: str,
+    runs: int,
+    workers: int,
+    reconcilers: int,
+    rate: float,
+    hooks: str,
+) -> None:
+    table = []
+    for mode in modes(queue_modes):
+        with scenario_database(server, hooks=hooks, prefix="soak") as url:
+            soak = run_soak(url, mode, runs=runs, workers=workers, reconcilers=reconcilers, rate=rate)
+        for name, (passed, detail) in soak.gates.items():
+            result.gate(f"soak: {name}", passed, detail, mode)
+        table.append(
+            {
+                "mode": mode,
+                "runs": runs,
+                "workers": workers,
+                "reconcilers": reconcilers,
+                "fault_rate": rate,
+                "seconds": round(soak.seconds, 2),
+                "runs_per_s": round(runs / soak.seconds, 1),
+                **{k: v for k, v in soak.facts.items() if k != "proxy_drops"},
+            }
+        )
+    result.table("soak", table)
