@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -24,7 +23,7 @@ from evidence_lib.perf_procs import Spec, run_case
 from evidence_lib.scenarios.common import QueueMode, ab_flow, one
 from evidence_lib.timing import CallTimes
 
-BACKLOG_PER_WORKER = 8  # runs the producer keeps in flight per worker
+BACKLOG_PER_WORKER = 32  # runs the producer keeps in flight per worker (the pipeline has reconcile latency)
 
 
 @dataclass
@@ -54,13 +53,20 @@ class Throughput:
 
 
 class ServerCpu:
-    """CPU seconds used by the server's processes (only for a local, embedded server)."""
+    """CPU seconds used by the server's processes, when the server runs on this machine: the
+    postmaster is found as the parent of our own backend (None for a remote server)."""
 
     def __init__(self, server: Server) -> None:
         self.root: psutil.Process | None = None
-        if server.kind == "embedded" and server.data_dir is not None:
-            pid = int(Path(server.data_dir, "postmaster.pid").read_text().splitlines()[0])
-            self.root = psutil.Process(pid)
+        with connect(server.maintenance_url, application_name="perf_cpu") as conn:
+            row = conn.execute("select pg_backend_pid()").fetchone()
+            try:  # while the connection (and so the backend) is alive
+                backend = psutil.Process(int(row[0])) if row else None
+                parent = backend.parent() if backend is not None else None
+                if parent is not None and "postgres" in " ".join(parent.cmdline()):
+                    self.root = parent
+            except psutil.Error:
+                self.root = None
 
     def seconds(self) -> float | None:
         if self.root is None:

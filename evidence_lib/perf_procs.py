@@ -81,7 +81,7 @@ def _worker(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None
 def _reconciler(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
     from evidence_lib.reconciler import Reconciler
 
-    driver = Reconciler(url, poll_interval=0.005, name=opts["name"])
+    driver = Reconciler(url, poll_interval=opts.get("poll_interval", 0.01), name=opts["name"])
     driver.timings = times
     _on_stop(stop, driver.stop)
     driver.run()
@@ -103,15 +103,23 @@ KINDS: dict[str, Callable[[str, dict[str, Any], Any, CallTimes], None]] = {
 }
 
 
-def _main(kind: str, url: str, opts: dict[str, Any], stop: Any, reset: Any, ready: Any, out: Any) -> None:
+def _main(kind: str, url: str, opts: dict[str, Any], stop: Any, reset: Any, ready: Any, out: Any, up: Any) -> None:
     times = CallTimes()
     threading.Thread(target=_resetter, args=(reset, times), daemon=True).start()
     ready.wait()
+    _warm(kind)
+    up.put(kind)  # imported and about to connect: the window may start after the warm-up
     try:
         KINDS[kind](url, opts, stop, times)
         out.put((kind, dict(times.samples), None))
     except BaseException as exc:
         out.put((kind, dict(times.samples), f"{type(exc).__name__}: {exc}"))
+
+
+def _warm(kind: str) -> None:
+    """Import what the participant needs before reporting that it is up."""
+    from evidence_lib import reconciler, worker, worker_v2  # noqa: F401
+    from evidence_lib.scenarios import common  # noqa: F401
 
 
 def _resetter(reset: Any, times: CallTimes) -> None:
@@ -140,13 +148,16 @@ def run_case(url: str, specs: list[Spec]) -> Iterator[tuple[CaseHandle, Callable
     """Start one process per spec; yield a handle (start the window with `handle.reset.set()`)
     and a `finish` that stops them and returns their merged timings and errors."""
     ctx = mp.get_context("spawn")
-    stop, reset, ready, out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue()
+    stop, reset, ready, out, up = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
     processes = [
-        ctx.Process(target=_main, args=(kind, url, opts, stop, reset, ready, out), daemon=True) for kind, opts in specs
+        ctx.Process(target=_main, args=(kind, url, opts, stop, reset, ready, out, up), daemon=True)
+        for kind, opts in specs
     ]
     for p in processes:
         p.start()
     ready.set()
+    for _ in processes:  # every participant is up before the caller's warm-up begins
+        up.get(timeout=120)
     collected: list[tuple[str, dict[str, list[float]], str | None]] = []
 
     def finish() -> tuple[CallTimes, list[str]]:

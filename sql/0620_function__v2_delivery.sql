@@ -27,8 +27,13 @@ begin
       using errcode = 'DR003';
   end if;
 
-  select r.protocol, r.flow_slug into v_protocol, v_flow
-    from engine.runs as r where r.run_id = _v2_delivery.run_id;
+  select r.protocol, r.flow_slug, s.queue_name, t.queue_name, t.message_id
+    into v_protocol, v_flow, v_route, v_task_queue, v_task_message
+    from engine.runs as r
+    left join engine.steps as s on s.flow_slug = r.flow_slug and s.step_slug = _v2_delivery.step_slug
+    left join engine.step_tasks as t
+      on t.run_id = r.run_id and t.step_slug = _v2_delivery.step_slug and t.task_index = 0
+   where r.run_id = _v2_delivery.run_id;
   if v_protocol is null then
     raise exception 'unknown run %', pg_catalog.quote_nullable(_v2_delivery.run_id::text)
       using errcode = 'DR014';
@@ -37,18 +42,12 @@ begin
     raise exception 'run % is a % run, not v2', _v2_delivery.run_id, v_protocol
       using errcode = 'DR015';
   end if;
-  select s.queue_name into v_route
-    from engine.steps as s where s.flow_slug = v_flow and s.step_slug = _v2_delivery.step_slug;
   if v_route is null then
     raise exception 'run %: flow % has no step %', _v2_delivery.run_id, v_flow,
       pg_catalog.quote_nullable(_v2_delivery.step_slug)
       using errcode = 'DR014';
   end if;
 
-  select t.queue_name, t.message_id into v_task_queue, v_task_message
-    from engine.step_tasks as t
-   where t.run_id = _v2_delivery.run_id and t.step_slug = _v2_delivery.step_slug
-     and t.task_index = 0;
   if v_task_queue is distinct from _v2_delivery.queue_name
      or v_task_message is distinct from _v2_delivery.message_ids[pg_catalog.array_lower(_v2_delivery.message_ids, 1)]
      or v_route is distinct from _v2_delivery.queue_name then

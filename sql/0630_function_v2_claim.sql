@@ -23,8 +23,12 @@ declare
   v_message_id bigint;
   v_now timestamptz;
   v_run engine.runs;
-  v_work engine.run_work;
-  v_policy record;
+  v_live_hash text;
+  v_clean boolean;
+  v_status text;
+  v_timeout integer;
+  v_max_attempts integer;
+  v_start_delay integer;
   v_task engine.step_tasks;
   v_lease timestamptz;
   v_claim_id uuid := pg_catalog.gen_random_uuid();
@@ -36,8 +40,13 @@ begin
   -- lock the run, then the work row, in the contract's order
   select r.* into strict v_run from engine.runs as r where r.run_id = v2_claim.run_id for no key update;
   perform engine._hook('claim.after_run_lock');
-  if v_run.definition_hash is distinct from
-       (select f.definition_hash from engine.flows as f where f.flow_slug = v_run.flow_slug) then
+  -- the work row (locked) and the live definition hash, in one statement
+  select w.requested_generation = w.processed_generation and w.health = 'clean', f.definition_hash
+    into strict v_clean, v_live_hash
+    from engine.run_work as w, engine.flows as f
+   where w.run_id = v2_claim.run_id and f.flow_slug = v_run.flow_slug
+     for update of w;
+  if v_run.definition_hash is distinct from v_live_hash then
     raise exception 'run %: the live definition of flow % differs from the one the run started with',
       v2_claim.run_id, v_run.flow_slug
       using errcode = 'DR005';
@@ -45,8 +54,7 @@ begin
   if v_run.status <> 'started' then
     return;
   end if;
-  select w.* into strict v_work from engine.run_work as w where w.run_id = v2_claim.run_id for update;
-  if v_work.requested_generation <> v_work.processed_generation or v_work.health <> 'clean' then
+  if not v_clean then
     return;
   end if;
   perform from engine.step_states as ss
@@ -55,24 +63,23 @@ begin
   if not found then
     return;
   end if;
-  select t.* into v_task
+  -- the task (locked) and its effective policy, in one statement
+  select t.status, coalesce(s.timeout, f.timeout), coalesce(s.max_attempts, f.max_attempts),
+         coalesce(s.start_delay, 0)
+    into v_status, v_timeout, v_max_attempts, v_start_delay
     from engine.step_tasks as t
+    join engine.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+    join engine.flows as f on f.flow_slug = t.flow_slug
    where t.run_id = v2_claim.run_id and t.step_slug = v2_claim.step_slug and t.task_index = 0
-     for update;
-  if v_task.status is distinct from 'queued' then
+     for update of t;
+  if v_status is distinct from 'queued' then
     return;
   end if;
-
-  select coalesce(s.timeout, f.timeout) as timeout, coalesce(s.max_attempts, f.max_attempts) as max_attempts,
-         coalesce(s.start_delay, 0) as start_delay
-    into strict v_policy
-    from engine.steps as s join engine.flows as f on f.flow_slug = s.flow_slug
-   where s.flow_slug = v_run.flow_slug and s.step_slug = v2_claim.step_slug;
 
   -- one instant for claimed_at, the lease horizon and the message's vt
   v_now := pg_catalog.clock_timestamp();
   v_lease := v_now + pg_catalog.make_interval(
-    secs => v_policy.timeout + (v_limits ->> 'lease_grace_seconds')::integer);
+    secs => v_timeout + (v_limits ->> 'lease_grace_seconds')::integer);
 
   -- the guarded update decides the winner; only its returned row is granted
   update engine.step_tasks as t
@@ -97,8 +104,8 @@ begin
                                   start_delay, state)
   values (v_claim_id, v2_claim.run_id, v2_claim.step_slug, 0,
           v_task.attempts_count,  -- a v2 task is claimed once (max_attempts 1); takeovers number on
-          v_task.queue_name, v_task.message_id, v_now, v_lease, v_policy.timeout,
-          v_policy.max_attempts, v_policy.start_delay, 'current');
+          v_task.queue_name, v_task.message_id, v_now, v_lease, v_timeout,
+          v_max_attempts, v_start_delay, 'current');
 
   return next row(v_claim_id, v2_claim.run_id, v2_claim.step_slug, 0, v_task.queue_name,
                   v_task.message_id, engine._task_input(v2_claim.run_id, v2_claim.step_slug),

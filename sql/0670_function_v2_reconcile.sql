@@ -42,7 +42,8 @@ begin
       v_limits ->> 'reconcile_actions_min', v_limits ->> 'reconcile_actions_max'
       using errcode = 'DR008';
   end if;
-  select r.* into v_run from engine.runs as r where r.run_id = v2_reconcile.run_id;
+  -- the run is locked at once; an unknown or v1 run is refused before anything is written
+  select r.* into v_run from engine.runs as r where r.run_id = v2_reconcile.run_id for no key update;
   if v_run.run_id is null then
     raise exception 'unknown run %', pg_catalog.quote_nullable(v2_reconcile.run_id::text)
       using errcode = 'DR014';
@@ -51,8 +52,6 @@ begin
     raise exception 'run % is a % run, not v2', v2_reconcile.run_id, v_run.protocol
       using errcode = 'DR015';
   end if;
-
-  select r.* into strict v_run from engine.runs as r where r.run_id = v2_reconcile.run_id for no key update;
   if v_run.definition_hash is distinct from
        (select f.definition_hash from engine.flows as f where f.flow_slug = v_run.flow_slug) then
     raise exception 'run %: the live definition of flow % differs from the one the run started with',
