@@ -13,6 +13,16 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+@contextmanager
+def maybe_timed(times: CallTimes | None, name: str) -> Iterator[None]:
+    """Time the block into `times` when measuring is on (the benchmarks set it), else nothing."""
+    if times is None:
+        yield
+        return
+    with times.time(name):
+        yield
+
+
 def percentile(values: list[float], p: float) -> float:
     """The p-th percentile (0..100) by linear interpolation; NaN for no values."""
     if not values:

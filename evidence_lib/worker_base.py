@@ -8,14 +8,14 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Self
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from evidence_lib.flows import AnyFlow
-from evidence_lib.timing import CallTimes
+from evidence_lib.timing import CallTimes, maybe_timed
 from evidence_lib.worker_common import SafeLog, WorkerConfig, resolve_queue
 
 
@@ -151,14 +151,9 @@ class WorkerBase:
         with self._lock:
             self._futures.discard(future)
 
-    @contextmanager
-    def timed(self, name: str) -> Iterator[None]:
+    def timed(self, name: str) -> AbstractContextManager[None]:
         """Measure one SQL round trip when `timings` is set (the benchmarks set it)."""
-        if self.timings is None:
-            yield
-            return
-        with self.timings.time(name):
-            yield
+        return maybe_timed(self.timings, name)
 
     @property
     def closing(self) -> bool:
