@@ -145,17 +145,3 @@ def run_starvation(
     return [
         run_mode(server, mode, backlog=backlog, probes=probes, workers=workers, a_ms=a_ms) for mode in ("flow", "step")
     ]
-
-
-def format_starvation(results: list[StarvationResult]) -> str:
-    lines = [
-        f"{'mode':<12} {'backlog':>7} {'probes':>6} {'workers':>7} {'A ms':>5} {'B p50 ms':>9} "
-        f"{'B p95 ms':>9} {'B max ms':>9} {'wall s':>7}"
-    ]
-    for r in results:
-        label = "plain flow" if r.mode == "flow" else "step queues"
-        lines.append(
-            f"{label:<12} {r.backlog:>7} {r.probes:>6} {r.workers:>7} {r.a_ms:>5.1f} {r.b_p50_ms:>9.1f} "
-            f"{r.b_p95_ms:>9.1f} {r.b_max_ms:>9.1f} {r.seconds:>7.2f}"
-        )
-    return "\n".join(lines)

@@ -49,7 +49,7 @@ def test_a_killed_owner_does_not_leave_a_server_behind() -> None:
     child.wait()
     deadline = time.monotonic() + 30  # liveness bound for the reaper
     while data_dir.parent.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.05)  # liveness bound while the reaper removes the cluster
     assert not data_dir.parent.exists()
 
 

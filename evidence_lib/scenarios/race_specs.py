@@ -12,7 +12,6 @@ Every check reads the database back.
 from __future__ import annotations
 
 from typing import Any
-from uuid import UUID
 
 from evidence_lib import engine_v2 as v2
 from evidence_lib.db import Conn, connect
@@ -434,8 +433,3 @@ ALL = (double_claim, settle_vs_takeover, two_reconcilers, settle_vs_generation)
 
 def all_races(modes: tuple[QueueMode, ...] = ("flow", "step")) -> list[Race]:
     return [make(mode) for mode in modes for make in ALL]
-
-
-def run_id_of(ctx: RaceContext) -> UUID:
-    run: UUID = ctx.data["run"]
-    return run
