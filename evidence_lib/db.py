@@ -57,11 +57,6 @@ class Server:
         """An autocommit connection to the maintenance database."""
         return connect(self.maintenance_url, application_name="evidence_admin")
 
-    @property
-    def socket_dir(self) -> str | None:
-        host = conninfo.conninfo_to_dict(self.maintenance_url).get("host")
-        return str(host) if host and str(host).startswith("/") else None
-
 
 def connect(url: str, *, autocommit: bool = True, application_name: str = "evidence") -> Conn:
     """A new connection; errors name the server instead of a bare libpq message."""

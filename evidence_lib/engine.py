@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from psycopg.rows import class_row
@@ -93,13 +92,3 @@ def read_messages(conn: Conn, queue_name: str, vt_seconds: int, qty: int) -> lis
             "select msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers from pgmq.read(%s, %s, %s)",
             (queue_name, vt_seconds, qty),
         ).fetchall()
-
-
-def run_row(conn: Conn, run_id: UUID) -> dict[str, Any]:
-    """The run's row as a dict (for checks and evidence tables)."""
-    cur = conn.execute("select to_jsonb(r) from engine.runs r where run_id = %s", (run_id,))
-    row = cur.fetchone()
-    if row is None:
-        raise KeyError(f"unknown run {run_id}")
-    value: dict[str, Any] = row[0]
-    return value

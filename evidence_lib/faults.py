@@ -107,11 +107,6 @@ class LostAckProxy:
         self._armed.set()
         self._event(0, "armed")
 
-    def wait_fired(self, timeout: float = 30.0) -> None:
-        """Return once an armed COMMIT was forwarded, answered by the server, and dropped."""
-        if not self._done.wait(timeout):
-            raise LivenessTimeout(f"the armed COMMIT did not happen within {timeout}s")
-
     @property
     def fired(self) -> bool:
         return self._done.is_set()

@@ -53,10 +53,6 @@ class CallTimes:
         with self.time(name):
             return fn()
 
-    def merge(self, other: CallTimes) -> None:
-        for name, values in other.samples.items():
-            self.samples[name].extend(values)
-
     def summary_ms(self) -> dict[str, dict[str, float]]:
         """Per call: count, p50, p95, p99 and mean in milliseconds."""
         return {

@@ -3,7 +3,7 @@ proved each wait, each step's outcome and timing, and each check's verdict."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -47,11 +47,6 @@ class PermutationRun:
         verdict = "PASS" if self.passed else "FAIL"
         tail = [f"error: {self.error}"] if self.error else []
         return "\n".join([head, *self.lines, *tail, f"=> {verdict} in {self.seconds:.3f}s"])
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["passed"] = self.passed
-        return data
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from evidence_lib.db import Conn
+from evidence_lib.db import Conn, connect
 from evidence_lib.flows import AnyFlow, route
 from evidence_lib.scenarios.common import one
 
@@ -48,3 +48,26 @@ def run_state(conn: Conn, flow: AnyFlow, run_id: UUID, step: str = "") -> dict[s
         state["queue_a"], state["archived_a"] = queue_counts(conn, queue_a, run_id)
         state["queue_b"], state["archived_b"] = queue_counts(conn, queue_b, run_id)
     return state
+
+
+def message_facts(conn: Conn, queues: list[str]) -> dict[str, int]:
+    """Across `queues`: messages archived, messages left, and archived messages that repeat a
+    (run, step) identity (a duplicate send would show up here)."""
+    facts = {"archived": 0, "left": 0, "duplicate_messages": 0}
+    for queue in queues:
+        facts["archived"] += int(one(conn, f"select count(*) from pgmq.a_{queue}"))
+        facts["left"] += int(one(conn, f"select count(*) from pgmq.q_{queue}"))
+        facts["duplicate_messages"] += int(
+            one(
+                conn,
+                f"select count(*) - count(distinct (message->>'run_id', message->>'step_slug')) from pgmq.a_{queue}",
+            )
+        )
+    return facts
+
+
+def deadlock_count(url: str) -> int:
+    """pg_stat_database.deadlocks of this database, as flushed by sessions that have ended."""
+    with connect(url) as conn:
+        conn.execute("select pg_stat_clear_snapshot()")
+        return int(one(conn, "select deadlocks from pg_stat_database where datname = current_database()") or 0)

@@ -22,8 +22,8 @@ from evidence_lib.faults import LostAckProxy, xact_status
 from evidence_lib.flows import Flow, compile_flow, route, with_step_queues
 from evidence_lib.jsontypes import Json
 from evidence_lib.reconciler import Reconciler
-from evidence_lib.scenarios.common import QueueMode, one
-from evidence_lib.scenarios.stress import _deadlocks
+from evidence_lib.scenarios.common import QueueMode, one, rows
+from evidence_lib.scenarios.rows import deadlock_count, message_facts
 from evidence_lib.worker_common import WorkerConfig
 from evidence_lib.worker_v2 import V2Worker
 
@@ -165,7 +165,7 @@ def run_soak(
             every = max(1, runs // max(hangs, 1))
             for i in range(runs):
                 v2.start_run(conn, "soak", {"id": i, "hang": i % every == 0 and i // every < hangs})
-        result.deadlocks_before = _deadlocks(url)
+        result.deadlocks_before = deadlock_count(url)
         stop = threading.Event()
         taken: list[UUID] = []
         steps: list[str | None] = [None] if mode == "flow" else ["A", "B"]
@@ -204,23 +204,8 @@ def run_soak(
                 for t in threads:
                     t.join(30)
             drops = [e.detail for e in proxy.events if e.event == "reply_dropped"]
-        result.deadlocks_after = _deadlocks(url)
-        cur = conn.execute(FACTS)
-        names = [d.name for d in cur.description or []]
-        row = cur.fetchone()
-        assert row is not None
-        f: dict[str, Any] = dict(zip(names, row, strict=True))
-        archived = left = dup = 0
-        for queue in sorted({route(flow, "A"), route(flow, "B")}):
-            archived += int(one(conn, f"select count(*) from pgmq.a_{queue}"))
-            left += int(one(conn, f"select count(*) from pgmq.q_{queue}"))
-            dup += int(
-                one(
-                    conn,
-                    f"select count(*) - count(distinct (message->>'run_id', message->>'step_slug')) "
-                    f"from pgmq.a_{queue}",
-                )
-            )
+        result.deadlocks_after = deadlock_count(url)
+        f: dict[str, Any] = rows(conn, FACTS)[0] | message_facts(conn, sorted({route(flow, "A"), route(flow, "B")}))
         taken_runs = {
             str(r[0])
             for r in conn.execute(
@@ -234,9 +219,6 @@ def run_soak(
         settlements = [s for w in pool for s in w.stats.settlements]
         lost = [s for s in settlements if any(a.indeterminate for a in s.attempts)]
         f.update(
-            archived=archived,
-            left=left,
-            duplicate_messages=dup,
             takeovers=len(taken),
             lost_acks=len(lost),
             lost_acks_replayed=sum(1 for s in lost if s.final == "replayed"),

@@ -20,7 +20,8 @@ from evidence_lib.db import connect
 from evidence_lib.flows import route
 from evidence_lib.locks import LivenessTimeout
 from evidence_lib.messages import UnsupportedMessage, parse_task_message
-from evidence_lib.scenarios.common import QueueMode, define_ab, one
+from evidence_lib.scenarios.common import QueueMode, define_ab, one, rows
+from evidence_lib.scenarios.rows import deadlock_count, message_facts
 
 PROGRESS_POLL = 0.05  # seconds between two progress reads (liveness only)
 
@@ -46,7 +47,7 @@ class StressResult:
             "every_run_completed": f.get("completed") == n,
             "one_task_per_step": f.get("tasks") == 2 * n and f.get("duplicate_tasks") == 0,
             "one_message_per_task": f.get("archived") == 2 * n
-            and f.get("left_in_queues") == 0
+            and f.get("left") == 0
             and f.get("duplicate_messages") == 0,
             "one_settlement_per_task": f.get("settlements") == 2 * n and f.get("claims") == 2 * n,
             "work_caught_up": f.get("dirty") == 0,
@@ -57,13 +58,6 @@ class StressResult:
     @property
     def passed(self) -> bool:
         return all(self.gates.values())
-
-
-def _deadlocks(url: str) -> int:
-    with connect(url) as conn:
-        conn.execute("select pg_stat_clear_snapshot()")
-        value = one(conn, "select deadlocks from pg_stat_database where datname = current_database()")
-        return int(value or 0)
 
 
 def _worker(url: str, queues: list[str], stop: threading.Event, errors: list[str], name: str) -> None:
@@ -129,7 +123,7 @@ def run_stress(
             for i in range(runs):
                 v2.start_run(conn, "stress", {"i": i})
     queues = sorted({route(flow, "A"), route(flow, "B")})
-    result.deadlocks_before = _deadlocks(url)
+    result.deadlocks_before = deadlock_count(url)
     stop = threading.Event()
     threads = [
         threading.Thread(target=_worker, args=(url, queues, stop, result.errors, f"worker_{i}")) for i in range(workers)
@@ -153,23 +147,7 @@ def run_stress(
         for t in threads:
             t.join()
     result.seconds = time.perf_counter() - started
-    result.deadlocks_after = _deadlocks(url)
+    result.deadlocks_after = deadlock_count(url)
     with connect(url) as conn:
-        cur = conn.execute(FACTS)
-        names = [d.name for d in cur.description or []]
-        row = cur.fetchone()
-        assert row is not None
-        result.facts = dict(zip(names, row, strict=True))
-        archived = left = duplicates = 0
-        for queue in queues:
-            archived += int(one(conn, f"select count(*) from pgmq.a_{queue}"))
-            left += int(one(conn, f"select count(*) from pgmq.q_{queue}"))
-            duplicates += int(
-                one(
-                    conn,
-                    f"select count(*) - count(distinct (message->>'run_id', "
-                    f"message->>'step_slug')) from pgmq.a_{queue}",
-                )
-            )
-        result.facts.update(archived=archived, left_in_queues=left, duplicate_messages=duplicates)
+        result.facts = rows(conn, FACTS)[0] | message_facts(conn, queues)
     return result

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from evidence_lib.db import connect
 from evidence_lib.flows import Flow, StepQueuedFlow, with_step_queues
@@ -82,9 +82,3 @@ def build(url: str, behaviour: Behaviour | None = None, *, slug: str = "moderati
 
 def staged(url: str, behaviour: Behaviour | None = None, *, slug: str = "moderation_staged") -> StepQueuedFlow[Steps]:
     return with_step_queues(build(url, behaviour, slug=slug))
-
-
-def step_names() -> tuple[Any, ...]:
-    from typing import get_args
-
-    return get_args(Steps)
