@@ -42,6 +42,7 @@ SCENARIOS: dict[str, str] = {
     "admission": "06_admission",
     "performance": "07_performance",
     "validation": "08_moderation_validation",
+    "security": "09_security",
 }
 RUNNER_PARAMETERS = {"database_url", "bundle_dir"}
 

@@ -4,7 +4,7 @@
 create function engine._run_work_generations_are_monotonic()
 returns trigger
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 begin
   if new.requested_generation < old.requested_generation

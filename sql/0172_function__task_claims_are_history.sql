@@ -4,7 +4,7 @@
 create function engine._task_claims_are_history()
 returns trigger
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 begin
   if (new.claim_id, new.run_id, new.step_slug, new.task_index, new.attempt, new.queue_name,

@@ -4,7 +4,7 @@
 create function engine._step_queue_name(flow_slug text, step_slug text, step_index integer)
 returns text
 language sql immutable parallel safe
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   select case
     when pg_catalog.length(pg_catalog.lower(flow_slug) || '__' || pg_catalog.lower(step_slug)) <= 47

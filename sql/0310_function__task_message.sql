@@ -2,7 +2,7 @@
 create function engine._task_message(protocol text, run_id uuid, step_slug text, task_index integer)
 returns jsonb
 language sql immutable parallel safe
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   select pg_catalog.jsonb_build_object(
     'protocol', protocol,

@@ -4,7 +4,7 @@
 create function engine._task_input(run_id uuid, step_slug text)
 returns jsonb
 language sql stable
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   select case
     when s.deps_count = 0 then r.input

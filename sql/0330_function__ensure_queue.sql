@@ -3,7 +3,7 @@
 create function engine._ensure_queue(queue_name text)
 returns void
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 begin
   if not exists (

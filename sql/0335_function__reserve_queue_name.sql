@@ -8,7 +8,7 @@
 create function engine._reserve_queue_name(flow_slug text, queue_name text)
 returns void
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_name text := pg_catalog.lower(_reserve_queue_name.queue_name);

@@ -7,7 +7,7 @@
 create function engine._start_ready_steps(run_id uuid, now timestamptz)
 returns integer
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_step record;

@@ -7,7 +7,7 @@
 create function engine._fail_run(run_id uuid, now timestamptz)
 returns void
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_task record;

@@ -2,7 +2,7 @@
 create function engine._hook_key(point text)
 returns integer
 language sql immutable parallel safe
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   select pg_catalog.hashtext(point) operator(pg_catalog.&) 2147483647;
 $$;

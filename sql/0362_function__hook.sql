@@ -7,7 +7,7 @@
 create function engine._hook(point text)
 returns void
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_armed text := pg_catalog.current_setting('engine.hooks', true);

@@ -5,7 +5,7 @@
 create function engine._definition_hash(flow_slug text)
 returns text
 language sql stable
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   select pg_catalog.md5(pg_catalog.jsonb_build_array(
     (select pg_catalog.jsonb_build_array(f.flow_slug, f.max_attempts, f.base_delay, f.timeout,

@@ -4,7 +4,7 @@
 create function engine._refresh_definition_hash()
 returns trigger
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 begin
   if tg_op in ('INSERT', 'UPDATE') then

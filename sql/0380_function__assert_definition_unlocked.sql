@@ -5,7 +5,7 @@
 create function engine._assert_definition_unlocked(flow_slug text, change text)
 returns void
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_active bigint;

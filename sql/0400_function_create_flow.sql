@@ -17,7 +17,7 @@ create function engine.create_flow(
   queue_mode text default 'flow'
 ) returns engine.flows
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_flow engine.flows;

@@ -18,7 +18,7 @@ create function engine.add_step(
   start_delay integer default null
 ) returns engine.steps
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_deps text[] := coalesce(add_step.deps, '{}');

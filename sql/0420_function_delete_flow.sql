@@ -7,7 +7,7 @@
 create function engine.delete_flow(flow_slug text)
 returns void
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_routes text[];

@@ -5,7 +5,7 @@
 create function engine.start_flow(flow_slug text, input jsonb)
 returns uuid
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := pg_catalog.clock_timestamp();

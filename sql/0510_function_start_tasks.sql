@@ -10,7 +10,7 @@
 create function engine.start_tasks(queue_name text, message_ids bigint[])
 returns setof engine.task_grant
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := pg_catalog.clock_timestamp();

@@ -11,7 +11,7 @@
 create function engine.complete_task(run_id uuid, step_slug text, task_index integer, output jsonb)
 returns engine.step_tasks
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := pg_catalog.clock_timestamp();

@@ -9,7 +9,7 @@
 create function engine.fail_task(run_id uuid, step_slug text, task_index integer, error_message text)
 returns engine.step_tasks
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := pg_catalog.clock_timestamp();

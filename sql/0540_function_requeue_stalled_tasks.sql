@@ -9,7 +9,7 @@
 create function engine.requeue_stalled_tasks()
 returns integer
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_now timestamptz := pg_catalog.clock_timestamp();

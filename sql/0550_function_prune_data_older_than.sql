@@ -9,7 +9,7 @@
 create function engine.prune_data_older_than(retention interval)
 returns integer
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_cutoff timestamptz;

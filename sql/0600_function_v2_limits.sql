@@ -3,7 +3,7 @@
 create function engine.v2_limits()
 returns jsonb
 language sql immutable parallel safe
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   select '{
     "steps": 2,

@@ -11,7 +11,7 @@
 create function engine.v2_start_run(flow_slug text, input jsonb)
 returns uuid
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_limits jsonb := engine.v2_limits();

@@ -8,7 +8,7 @@
 create function engine._v2_delivery(run_id uuid, step_slug text, queue_name text, message_ids bigint[])
 returns bigint
 language plpgsql stable
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_protocol text;

@@ -16,7 +16,7 @@
 create function engine.v2_claim(run_id uuid, step_slug text, queue_name text, message_ids bigint[])
 returns setof engine.v2_grant
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_limits jsonb := engine.v2_limits();

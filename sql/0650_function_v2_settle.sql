@@ -18,7 +18,7 @@
 create function engine.v2_settle(claim_id uuid, outcome text, result jsonb)
 returns engine.v2_receipt
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_limits jsonb := engine.v2_limits();

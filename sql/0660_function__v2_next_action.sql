@@ -10,7 +10,7 @@
 create function engine._v2_next_action(run_id uuid)
 returns text
 language sql stable
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   select case
     when r.status <> 'started' then null

@@ -17,7 +17,7 @@
 create function engine.v2_reconcile(run_id uuid, max_actions integer default 8)
 returns engine.v2_report
 language plpgsql security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_limits jsonb := engine.v2_limits();
