@@ -1,8 +1,8 @@
 """evidence_lib: the engine's Python side and the evidence suite that proves it.
 
-Modules say what they hold: `db` starts and reaches PostgreSQL, `migrate` installs PGMQ and
-applies migrations, `schema_sync` proves `migrations/` equals `sql/`, `flows` defines flows,
-`engine` calls the SQL API, `worker` runs v1 handlers.
+One subpackage per role; imports point one way, toward the engine (README "Architecture"):
+`pg` (server, migrations) <- `engine` (what an application calls) <- `workers` and `harness`
+<- `bench` <- `scenarios` <- `bundle` (results, runner, CLI).
 """
 
 from pathlib import Path

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from evidence_lib import db, migrate
-from evidence_lib.db import Conn, Server
+from evidence_lib.pg import db, migrate
+from evidence_lib.pg.db import Conn, Server
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from evidence_lib.db import Conn
-from evidence_lib.snapshots import Refusal, attempt
+from evidence_lib.harness.snapshots import Refusal, attempt
+from evidence_lib.pg.db import Conn
 
 
 def assert_refused(conn: Conn, query: str, params: Any, sqlstate: str, *names: str) -> Refusal:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evidence_lib.db import Conn
+from evidence_lib.engine.sqlstates import SqlState
+from evidence_lib.pg.db import Conn
 from tests.helpers import assert_refused, define, scalar
 
 
@@ -13,12 +14,12 @@ from tests.helpers import assert_refused, define, scalar
     ["", "1abc", "has-dash", "has space", "ünïcode", "x" * 129],
 )
 def test_create_flow_rejects_invalid_slugs(conn: Conn, slug: str) -> None:
-    assert_refused(conn, "select engine.create_flow(%s)", (slug,), "DR001")
+    assert_refused(conn, "select engine.create_flow(%s)", (slug,), SqlState.UNSUPPORTED_DEFINITION)
 
 
 def test_create_flow_rejects_a_default_queue_name_over_47_characters(conn: Conn) -> None:
     slug = "f" * 48
-    assert_refused(conn, "select engine.create_flow(%s)", (slug,), "DR001", slug)
+    assert_refused(conn, "select engine.create_flow(%s)", (slug,), SqlState.UNSUPPORTED_DEFINITION, slug)
     conn.execute("select engine.create_flow(%s)", ("f" * 47,))
 
 
@@ -34,7 +35,9 @@ def test_create_flow_rejects_a_default_queue_name_over_47_characters(conn: Conn)
 )
 def test_create_flow_rejects_options_out_of_range(conn: Conn, options: dict[str, int]) -> None:
     args = ", ".join(f"{k} => %({k})s" for k in options)
-    assert_refused(conn, f"select engine.create_flow('orders', {args})", options, "DR001", "orders")
+    assert_refused(
+        conn, f"select engine.create_flow('orders', {args})", options, SqlState.UNSUPPORTED_DEFINITION, "orders"
+    )
 
 
 def test_create_flow_keeps_slug_spelling(conn: Conn) -> None:
@@ -46,22 +49,24 @@ def test_same_flow_again_is_a_no_op_and_different_options_are_refused(conn: Conn
     first = scalar(conn, "select to_jsonb(engine.create_flow('orders', timeout => 30))")
     again = scalar(conn, "select to_jsonb(engine.create_flow('orders', timeout => 30))")
     assert first == again
-    assert_refused(conn, "select engine.create_flow('orders', timeout => 31)", None, "DR016", "orders")
+    assert_refused(
+        conn, "select engine.create_flow('orders', timeout => 31)", None, SqlState.DEFINITION_DIFFERS, "orders"
+    )
 
 
 def test_add_step_to_unknown_flow(conn: Conn) -> None:
-    assert_refused(conn, "select engine.add_step('nope', 'a')", None, "DR014", "nope")
+    assert_refused(conn, "select engine.add_step('nope', 'a')", None, SqlState.UNKNOWN_OBJECT, "nope")
 
 
 @pytest.mark.parametrize(
     ("step", "deps", "sqlstate", "named"),
     [
-        ("bad-slug", [], "DR001", "bad-slug"),
-        ("run", [], "DR001", "run"),
-        ("b", ["missing"], "DR014", "missing"),
-        ("b", ["b"], "DR001", "b"),
-        ("b", ["a", "a"], "DR001", "b"),
-        ("b", ["a", None], "DR001", "b"),
+        ("bad-slug", [], SqlState.UNSUPPORTED_DEFINITION, "bad-slug"),
+        ("run", [], SqlState.UNSUPPORTED_DEFINITION, "run"),
+        ("b", ["missing"], SqlState.UNKNOWN_OBJECT, "missing"),
+        ("b", ["b"], SqlState.UNSUPPORTED_DEFINITION, "b"),
+        ("b", ["a", "a"], SqlState.UNSUPPORTED_DEFINITION, "b"),
+        ("b", ["a", None], SqlState.UNSUPPORTED_DEFINITION, "b"),
     ],
 )
 def test_add_step_validation(conn: Conn, step: str, deps: list[str | None], sqlstate: str, named: str) -> None:
@@ -72,7 +77,9 @@ def test_add_step_validation(conn: Conn, step: str, deps: list[str | None], sqls
 @pytest.mark.parametrize("option", ["max_attempts => 0", "base_delay => -1", "timeout => 0", "start_delay => -1"])
 def test_add_step_rejects_negative_options(conn: Conn, option: str) -> None:
     define(conn, "orders", [])
-    assert_refused(conn, f"select engine.add_step('orders', 'a', {option})", None, "DR001", "orders")
+    assert_refused(
+        conn, f"select engine.add_step('orders', 'a', {option})", None, SqlState.UNSUPPORTED_DEFINITION, "orders"
+    )
 
 
 def test_step_index_follows_add_order_and_redefinition_is_idempotent(conn: Conn) -> None:
@@ -80,8 +87,10 @@ def test_step_index_follows_add_order_and_redefinition_is_idempotent(conn: Conn)
     rows = conn.execute("select step_slug, step_index, deps_count from engine.steps order by step_index").fetchall()
     assert rows == [("z", 0, 0), ("a", 1, 1), ("m", 2, 2)]
     conn.execute("select engine.add_step('orders', 'm', array['a', 'z'])")  # same set, other order
-    assert_refused(conn, "select engine.add_step('orders', 'm', array['z'])", None, "DR016", "m")
-    assert_refused(conn, "select engine.add_step('orders', 'm', array['z','a'], timeout => 5)", None, "DR016")
+    assert_refused(conn, "select engine.add_step('orders', 'm', array['z'])", None, SqlState.DEFINITION_DIFFERS, "m")
+    assert_refused(
+        conn, "select engine.add_step('orders', 'm', array['z','a'], timeout => 5)", None, SqlState.DEFINITION_DIFFERS
+    )
 
 
 def test_delete_flow_removes_runs_tasks_and_queue(conn: Conn) -> None:
@@ -91,4 +100,4 @@ def test_delete_flow_removes_runs_tasks_and_queue(conn: Conn) -> None:
     for table in ("flows", "steps", "runs", "step_states", "step_tasks"):
         assert scalar(conn, f"select count(*) from engine.{table}") == 0, table
     assert scalar(conn, "select count(*) from pgmq.list_queues()") == 0
-    assert_refused(conn, "select engine.delete_flow('orders')", None, "DR014", "orders")
+    assert_refused(conn, "select engine.delete_flow('orders')", None, SqlState.UNKNOWN_OBJECT, "orders")

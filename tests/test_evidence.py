@@ -11,8 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from evidence_lib.db import Server
-from evidence_lib.evidence_runner import NOTEBOOKS_DIR, SCENARIOS, ParameterError, run_evidence
+from evidence_lib.bundle.runner import NOTEBOOKS_DIR, SCENARIOS, ParameterError, run_evidence
+from evidence_lib.pg.db import Server
 
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 PARAM_LINE = re.compile(r"^(\w+): (str|int|float|bool) = .+  # \S.*$")
@@ -45,8 +45,16 @@ def test_an_unknown_parameter_is_an_error(tmp_path: Path) -> None:
 
 def test_smoke_run_of_every_notebook(server: Server, tmp_path: Path) -> None:
     bundle = tmp_path / "bundle"
-    small = {"queue_modes": "step", "repeat": 1, "workers": "1", "seconds": 1.0, "backlog": 300, "probes": 10,
-             "soak_runs": 100, "threads": 12}
+    small = {
+        "queue_modes": "step",
+        "repeat": 1,
+        "workers": "1",
+        "seconds": 1.0,
+        "backlog": 300,
+        "probes": 10,
+        "soak_runs": 100,
+        "threads": 12,
+    }
     code = run_evidence("", small, database_url=server.maintenance_url, out=bundle)
     manifest = json.loads((bundle / "manifest.json").read_text())
     red = {k: v for k, v in manifest["gates"].items() if v != "PASS"}

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from evidence_lib import PROJECT_ROOT
-from evidence_lib.db import connect
+from evidence_lib.pg.db import connect
 from examples.moderation.run import run_pipeline
 from tests.helpers import scalar
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evidence_lib import MIGRATIONS_DIR, SQL_DIR, db, migrate, schema_sync
-from evidence_lib.db import Server, connect
+from evidence_lib import MIGRATIONS_DIR, SQL_DIR
+from evidence_lib.pg import db, migrate, schema_sync
+from evidence_lib.pg.db import Server, connect
 from tests.helpers import scalar
 
 

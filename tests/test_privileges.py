@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from evidence_lib.db import Conn, connect
+from evidence_lib.pg.db import Conn, connect
 from tests.helpers import define, scalar
 
 WORKER_FUNCTIONS = {"start_tasks", "complete_task", "fail_task", "v2_claim", "v2_settle"}

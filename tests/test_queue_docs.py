@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from evidence_lib import PROJECT_ROOT, engine
-from evidence_lib.db import Conn
-from evidence_lib.flows import Flow, compile_flow, with_step_queues
-from evidence_lib.worker import Worker
+from evidence_lib import PROJECT_ROOT
+from evidence_lib.engine import v1
+from evidence_lib.engine.flows import Flow, compile_flow, with_step_queues
+from evidence_lib.pg.db import Conn
+from evidence_lib.workers.v1 import Worker
 
 
 def coverage_query() -> str:
@@ -21,8 +22,8 @@ def test_coverage_query_reports_per_step_queues(conn: Conn, db_url: str) -> None
     flow.add("a", lambda x: 1).add("b", lambda x: 2, deps=["a"])
     staged = with_step_queues(flow)
     compile_flow(conn, staged)
-    engine.start_flow(conn, "cover", {})
-    engine.start_flow(conn, "cover", {})
+    v1.start_flow(conn, "cover", {})
+    v1.start_flow(conn, "cover", {})
     cols = [
         "flow",
         "step",

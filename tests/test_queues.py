@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from evidence_lib import engine
-from evidence_lib.db import Conn
-from evidence_lib.flows import Flow, FlowMismatch, compile_flow, with_step_queues
-from evidence_lib.queues import step_queue_name
-from evidence_lib.worker import Worker
+from evidence_lib.engine import v1
+from evidence_lib.engine.flows import Flow, FlowMismatch, compile_flow, with_step_queues
+from evidence_lib.engine.queues import step_queue_name
+from evidence_lib.engine.sqlstates import SqlState
+from evidence_lib.pg.db import Conn
+from evidence_lib.workers.v1 import Worker
 from tests.helpers import (
     archived_messages,
     assert_refused,
@@ -51,7 +52,7 @@ def test_plain_flow_persists_routes_and_task_snapshots(conn: Conn) -> None:
         ("Ship", "orderflow"),
     ]
     assert scalar(conn, "select flow_slug from engine.flows") == "OrderFlow"
-    run_id = engine.start_flow(conn, "OrderFlow", {})
+    run_id = v1.start_flow(conn, "OrderFlow", {})
     t = task(conn, run_id, "Charge")
     [msg] = queue_messages(conn, "orderflow")
     assert (t["queue_name"], t["message_id"]) == ("orderflow", msg["msg_id"])
@@ -65,33 +66,37 @@ def test_step_queued_flow_creates_one_queue_per_step(conn: Conn) -> None:
     assert routes == [("Fetch", "shop__fetch"), ("Rank", "shop__rank")]
     queues = {r[0] for r in conn.execute("select queue_name from pgmq.list_queues()").fetchall()}
     assert queues == {"shop__fetch", "shop__rank"}  # the default name is reserved, not created
-    run_id = engine.start_flow(conn, "Shop", {"q": 1})
+    run_id = v1.start_flow(conn, "Shop", {"q": 1})
     assert task(conn, run_id, "Fetch")["queue_name"] == "shop__fetch"
     assert len(queue_messages(conn, "shop__fetch")) == 1 and queue_messages(conn, "shop__rank") == []
 
 
 def test_default_queue_name_collisions_are_refused(conn: Conn) -> None:
     define(conn, "foo", [("a", [])])
-    assert_refused(conn, "select engine.create_flow('Foo')", None, "DR012", "foo", "Foo")
-    assert_refused(conn, "select engine.create_flow('FOO', queue_mode => 'step')", None, "DR012")
+    assert_refused(conn, "select engine.create_flow('Foo')", None, SqlState.QUEUE_COLLISION, "foo", "Foo")
+    assert_refused(conn, "select engine.create_flow('FOO', queue_mode => 'step')", None, SqlState.QUEUE_COLLISION)
     conn.execute("select pgmq.create('someone_elses')")
-    assert_refused(conn, "select engine.create_flow('Someone_Elses')", None, "DR012", "someone_elses")
+    assert_refused(conn, "select engine.create_flow('Someone_Elses')", None, SqlState.QUEUE_COLLISION, "someone_elses")
 
 
 def test_private_queue_collisions_are_refused_and_write_nothing(conn: Conn) -> None:
     conn.execute("select pgmq.create('shop__b')")  # held by another application
     conn.execute("select engine.create_flow('shop', queue_mode => 'step')")
     conn.execute("select engine.add_step('shop', 'a')")
-    assert_refused(conn, "select engine.add_step('shop', 'b', array['a'])", None, "DR012", "shop__b", "shop")
+    assert_refused(
+        conn, "select engine.add_step('shop', 'b', array['a'])", None, SqlState.QUEUE_COLLISION, "shop__b", "shop"
+    )
     # a plain flow whose default name equals an existing private route
-    assert_refused(conn, "select engine.create_flow('shop__a')", None, "DR012", "shop__a", "shop")
+    assert_refused(conn, "select engine.create_flow('shop__a')", None, SqlState.QUEUE_COLLISION, "shop__a", "shop")
 
 
 def test_mode_or_options_mismatch_is_refused_without_destroying_anything(conn: Conn) -> None:
     conn.execute("select engine.create_flow('shop', queue_mode => 'step')")
     conn.execute("select engine.add_step('shop', 'a')")
-    assert_refused(conn, "select engine.create_flow('shop')", None, "DR016", "shop")
-    assert_refused(conn, "select engine.create_flow('shop', queue_mode => 'nope')", None, "DR001")
+    assert_refused(conn, "select engine.create_flow('shop')", None, SqlState.DEFINITION_DIFFERS, "shop")
+    assert_refused(
+        conn, "select engine.create_flow('shop', queue_mode => 'nope')", None, SqlState.UNSUPPORTED_DEFINITION
+    )
 
 
 def test_compile_refuses_a_mode_change(conn: Conn) -> None:
@@ -108,7 +113,7 @@ def test_compile_refuses_a_mode_change(conn: Conn) -> None:
 def test_delete_flow_drops_private_queues_only(conn: Conn) -> None:
     conn.execute("select engine.create_flow('shop', queue_mode => 'step')")
     conn.execute("select engine.add_step('shop', 'a')")
-    engine.start_flow(conn, "shop", {})
+    v1.start_flow(conn, "shop", {})
     conn.execute("select pgmq.create('unrelated')")
     conn.execute("select engine.delete_flow('shop')")
     assert [r[0] for r in conn.execute("select queue_name from pgmq.list_queues()").fetchall()] == ["unrelated"]
@@ -117,16 +122,16 @@ def test_delete_flow_drops_private_queues_only(conn: Conn) -> None:
 def test_same_numeric_message_id_in_two_queues_never_matches(conn: Conn) -> None:
     define(conn, "left_q", [("a", [])])
     define(conn, "right_q", [("a", [])])
-    left = engine.start_flow(conn, "left_q", {})
-    right = engine.start_flow(conn, "right_q", {})
+    left = v1.start_flow(conn, "left_q", {})
+    right = v1.start_flow(conn, "right_q", {})
     mid = task(conn, left, "a")["message_id"]
     assert task(conn, right, "a")["message_id"] == mid  # both queues start at 1
     right_before = queue_messages(conn, "right_q")
-    [grant] = engine.start_tasks(conn, "left_q", [mid])
+    [grant] = v1.start_tasks(conn, "left_q", [mid])
     assert grant.run_id == left and grant.queue_name == "left_q"
     assert task(conn, right, "a")["status"] == "queued"
     assert queue_messages(conn, "right_q") == right_before  # vt untouched
-    assert engine.start_tasks(conn, "no_such_queue", [mid]) == []
+    assert v1.start_tasks(conn, "no_such_queue", [mid]) == []
 
 
 def test_message_ids_beyond_2_pow_53_stay_exact(conn: Conn, db_url: str) -> None:
@@ -135,7 +140,7 @@ def test_message_ids_beyond_2_pow_53_stay_exact(conn: Conn, db_url: str) -> None
     flow.add("a", lambda x: x).add("b", lambda x: x, deps=["a"])
     compile_flow(conn, flow)
     conn.execute(f"alter table pgmq.q_bigids alter column msg_id restart with {big}")  # test setup
-    run_id = engine.start_flow(conn, "bigids", {"n": 1})
+    run_id = v1.start_flow(conn, "bigids", {"n": 1})
     assert task(conn, run_id, "a")["message_id"] == big
     with Worker(db_url, flow) as w:
         while w.poll(wait_for_handlers=True):
@@ -150,7 +155,7 @@ def test_step_workers_read_only_their_own_queue(conn: Conn, db_url: str, caplog:
     flow.add("a", lambda x: {"a": x}).add("b", lambda x: "b-done", deps=["a"])
     staged = with_step_queues(flow)
     compile_flow(conn, staged)
-    run_id = engine.start_flow(conn, "staged", {"n": 1})
+    run_id = v1.start_flow(conn, "staged", {"n": 1})
     stray = scalar(
         conn,
         "select pgmq.send('staged__a', %s::jsonb)",

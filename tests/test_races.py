@@ -7,9 +7,9 @@ from contextlib import AbstractContextManager, contextmanager
 
 import pytest
 
-from evidence_lib import db
-from evidence_lib.db import Server
 from evidence_lib.harness import Race, run_race
+from evidence_lib.pg import db
+from evidence_lib.pg.db import Server
 from evidence_lib.scenarios import race_specs as races
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn
-from evidence_lib.reconciler import Reconciler
+from evidence_lib.engine import v2
+from evidence_lib.engine.sqlstates import SqlState
+from evidence_lib.pg.db import Conn
+from evidence_lib.workers.reconciler import Reconciler
 from tests.helpers import scalar
 from tests.v2_helpers import claim_a, start
 
@@ -18,7 +19,7 @@ def test_a_refused_run_is_skipped_and_the_others_progress(conn: Conn, db_url: st
     driver = Reconciler(db_url)
     driver.drain()
     assert driver.refused == {broken.run_id}
-    assert any("DR005" in e for e in driver.stats.errors)
+    assert any(SqlState.DEFINITION_CHANGED in e for e in driver.stats.errors)
     assert (
         scalar(conn, "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'", (healthy.run_id,))
         == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evidence_lib.db import Conn
+from evidence_lib.pg.db import Conn
 from evidence_lib.scenarios import shadowing
 
 SAFE_PATH = "search_path=pg_catalog, pg_temp"

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from evidence_lib import db
-from evidence_lib.db import Server, connect
+from evidence_lib.pg import db
+from evidence_lib.pg.db import Server, connect
 from tests.helpers import scalar
 
 
@@ -36,7 +36,7 @@ def test_embedded_server_is_removed_on_error() -> None:
 
 def test_a_killed_owner_does_not_leave_a_server_behind() -> None:
     code = (
-        "import sys, time\nfrom evidence_lib import db\n"
+        "import sys, time\nfrom evidence_lib.pg import db\n"
         "with db.open_server() as s:\n"
         "    print(s.data_dir, flush=True)\n"
         "    sys.stdin.read()\n"

@@ -7,10 +7,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from evidence_lib import db, engine, migrate
-from evidence_lib.db import Server, connect
-from evidence_lib.flows import Flow
-from evidence_lib.worker import Worker
+from evidence_lib.engine import v1
+from evidence_lib.engine.flows import Flow
+from evidence_lib.engine.sqlstates import SqlState
+from evidence_lib.pg import db, migrate
+from evidence_lib.pg.db import Server, connect
+from evidence_lib.workers.v1 import Worker
 from tests.helpers import queue_messages, run, scalar, task
 
 BASELINE = "0001_baseline.sql"
@@ -27,16 +29,16 @@ def test_populated_baseline_upgrades_and_in_flight_runs_finish(server: Server) -
             c.execute("select engine.create_flow('Shop', base_delay => 0)")  # capitalized slug
             c.execute("select engine.add_step('Shop', 'a')")
             c.execute("select engine.add_step('Shop', 'b', array['a'])")
-            queued = engine.start_flow(c, "Shop", {"run": "queued"})
-            started = engine.start_flow(c, "Shop", {"run": "started"})
-            halfway = engine.start_flow(c, "Shop", {"run": "halfway"})
+            queued = v1.start_flow(c, "Shop", {"run": "queued"})
+            started = v1.start_flow(c, "Shop", {"run": "started"})
+            halfway = v1.start_flow(c, "Shop", {"run": "halfway"})
             # the baseline claims with the queue name as given
-            engine.start_tasks(
+            v1.start_tasks(
                 c,
                 "Shop",
                 [task(c, started, "a")["message_id"], task(c, halfway, "a")["message_id"]],
             )
-            engine.complete_task(c, halfway, "a", 0, {"a": 1})  # b queued in the old queue
+            v1.complete_task(c, halfway, "a", 0, {"a": 1})  # b queued in the old queue
             before = {r: task(c, r, "a")["message_id"] for r in (queued, started, halfway)}
             assert scalar(c, "select count(*) from pgmq.q_shop") == 3
 
@@ -56,7 +58,7 @@ def test_populated_baseline_upgrades_and_in_flight_runs_finish(server: Server) -
                 )
             assert task(c, halfway, "b")["queue_name"] == "shop"
             # the task started before the upgrade is reported by its (old) worker afterwards
-            engine.complete_task(c, started, "a", 0, {"a": 2})
+            v1.complete_task(c, started, "a", 0, {"a": 2})
             flow: Flow[Any] = Flow("Shop", base_delay=0)
             flow.add("a", lambda x: {"a": 3}).add("b", lambda x: "b", deps=["a"])
             with Worker(url, flow) as w:
@@ -75,11 +77,11 @@ def test_a_new_constraint_violation_rolls_the_whole_migration_back(server: Serve
             for slug in ("Foo", "foo", "Bar", "BAR", "other"):
                 c.execute("select engine.create_flow(%s)", (slug,))
                 c.execute("select engine.add_step(%s, 'a')", (slug,))
-            engine.start_flow(c, "Foo", {})
+            v1.start_flow(c, "Foo", {})
         with pytest.raises(migrate.MigrationError) as failure:
             migrate.apply_migrations(url)
         message = str(failure.value)
-        assert "0002_queue_identity.sql" in message and "DR012" in message
+        assert "0002_queue_identity.sql" in message and SqlState.QUEUE_COLLISION in message
         assert "foo (flows Foo, foo)" in message and "bar (flows BAR, Bar)" in message
         with connect(url) as c:
             assert scalar(c, "select array_agg(file_name) from engine.schema_migrations") == [BASELINE]
@@ -103,11 +105,11 @@ def test_the_engine_works_between_0002_and_0003(server: Server) -> None:
             c.execute("select engine.add_step('Mid', 'a')")
             c.execute("select engine.add_step('Mid', 'b', array['a'])")
             assert scalar(c, "select array_agg(distinct queue_name) from engine.steps") == ["mid"]
-            run_id = engine.start_flow(c, "Mid", {})
+            run_id = v1.start_flow(c, "Mid", {})
             for step in ("a", "b"):
-                [g] = engine.start_tasks(c, "mid", [task(c, run_id, step)["message_id"]])
-                engine.complete_task(c, run_id, g.step_slug, 0, step)
+                [g] = v1.start_tasks(c, "mid", [task(c, run_id, step)["message_id"]])
+                v1.complete_task(c, run_id, g.step_slug, 0, step)
             assert run(c, run_id)["output"] == {"b": "b"}
             with pytest.raises(psycopg.Error) as refused:
                 c.execute("select engine.create_flow('MID')")
-            assert refused.value.sqlstate == "DR012"
+            assert refused.value.sqlstate == SqlState.QUEUE_COLLISION

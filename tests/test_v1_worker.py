@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from evidence_lib import engine
-from evidence_lib.db import Conn, connect
-from evidence_lib.flows import Flow, FlowMismatch, compile_flow, with_step_queues
-from evidence_lib.jsontypes import Json
-from evidence_lib.worker import Worker
-from evidence_lib.worker_common import StepSelectorError, WorkerConfig
+from evidence_lib.engine import v1
+from evidence_lib.engine.flows import Flow, FlowMismatch, compile_flow, with_step_queues
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.pg.db import Conn, connect
+from evidence_lib.workers.config import StepSelectorError, WorkerConfig
+from evidence_lib.workers.v1 import Worker
 from tests.helpers import queue_messages, run, scalar, task
 
 FALSY: list[tuple[Json, str]] = [
@@ -42,7 +42,7 @@ def test_falsy_results_are_stored_exactly(conn: Conn, db_url: str, value: Json, 
     """Defect: falsy handler results became null."""
     flow = one_step("falsy", lambda _: value)
     compile_flow(conn, flow)
-    run_id = engine.start_flow(conn, "falsy", {})
+    run_id = v1.start_flow(conn, "falsy", {})
     with Worker(db_url, flow) as w:
         drain(w)
     assert scalar(conn, "select output::text from engine.step_tasks") == text  # not SQL NULL
@@ -60,7 +60,7 @@ def test_handler_exception_is_a_task_failure_with_retry(conn: Conn, db_url: str)
 
     flow = one_step("flaky", flaky, base_delay=0)
     compile_flow(conn, flow)
-    run_id = engine.start_flow(conn, "flaky", {"k": 1})
+    run_id = v1.start_flow(conn, "flaky", {"k": 1})
     with Worker(db_url, flow) as w:
         drain(w)
         assert w.stats.failed == 1
@@ -72,7 +72,7 @@ def test_handler_exception_is_a_task_failure_with_retry(conn: Conn, db_url: str)
 def test_non_json_result_is_a_handler_failure(conn: Conn, db_url: str) -> None:
     flow = one_step("nonjson", lambda _: {"x": object()}, max_attempts=1)  # type: ignore[dict-item]
     compile_flow(conn, flow)
-    run_id = engine.start_flow(conn, "nonjson", {})
+    run_id = v1.start_flow(conn, "nonjson", {})
     with Worker(db_url, flow) as w:
         drain(w)
     assert run(conn, run_id)["status"] == "failed"
@@ -91,7 +91,7 @@ def test_transport_error_while_reporting_success_is_not_a_task_failure(conn: Con
 
     flow = one_step("transport", kill_my_connections, max_attempts=1)
     compile_flow(conn, flow)
-    run_id = engine.start_flow(conn, "transport", {})
+    run_id = v1.start_flow(conn, "transport", {})
     with Worker(db_url, flow, name="w_transport", config=WorkerConfig(concurrency=1)) as w:
         drain(w)
         stats = w.stats
@@ -110,7 +110,7 @@ def test_a_failing_log_sink_never_changes_the_outcome(conn: Conn, db_url: str) -
     logger.addFilter(Exploding())
     flow = one_step("logfail", lambda _: 42)
     compile_flow(conn, flow)
-    run_id = engine.start_flow(conn, "logfail", {})
+    run_id = v1.start_flow(conn, "logfail", {})
     conn.execute("select pgmq.send('logfail', '\"garbage\"')")  # makes the worker log a warning
     with Worker(db_url, flow, logger=logger) as w:
         drain(w)
@@ -128,7 +128,7 @@ def test_unknown_messages_are_left_intact(conn: Conn, db_url: str, caplog: Any) 
         '{"hello": "world"}',
     ]
     ids = [scalar(conn, "select pgmq.send('intact', %s::jsonb)", (b,)) for b in bodies]
-    run_id = engine.start_flow(conn, "intact", {})
+    run_id = v1.start_flow(conn, "intact", {})
     before = {m["msg_id"]: m for m in queue_messages(conn, "intact")}
     with caplog.at_level(logging.WARNING), Worker(db_url, flow) as w:
         drain(w)
@@ -153,7 +153,7 @@ def test_shutdown_leaves_unfinished_work_unreported(conn: Conn, db_url: str) -> 
 
     flow = one_step("shutdown", slow)
     compile_flow(conn, flow)
-    run_id = engine.start_flow(conn, "shutdown", {})
+    run_id = v1.start_flow(conn, "shutdown", {})
     w = Worker(db_url, flow, config=WorkerConfig(concurrency=1, shutdown_grace=0.2))
     with w:
         w.poll()

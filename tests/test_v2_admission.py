@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn
-from evidence_lib.scenarios.common import define_ab, rows
+from evidence_lib.engine import v2
+from evidence_lib.engine.sqlstates import SqlState
+from evidence_lib.harness.ab_flow import define_ab
+from evidence_lib.pg.db import Conn, rows
 from tests.helpers import assert_refused, define, queue_messages, scalar
 
 
@@ -46,10 +47,20 @@ def _flow(conn: Conn, steps: list[tuple[str, list[str]]], **options: object) -> 
 @pytest.mark.parametrize(
     ("case", "build", "input_", "sqlstate"),
     [
-        ("one step", lambda c: _flow(c, [("A", [])]), {}, "DR001"),
-        ("three steps", lambda c: _flow(c, [("A", []), ("B", ["A"]), ("C", ["B"])]), {}, "DR001"),
-        ("two roots", lambda c: _flow(c, [("A", []), ("B", [])]), {}, "DR001"),
-        ("max_attempts 3", lambda c: _flow(c, [("A", []), ("B", ["A"])], max_attempts=3), {}, "DR001"),
+        ("one step", lambda c: _flow(c, [("A", [])]), {}, SqlState.UNSUPPORTED_DEFINITION),
+        (
+            "three steps",
+            lambda c: _flow(c, [("A", []), ("B", ["A"]), ("C", ["B"])]),
+            {},
+            SqlState.UNSUPPORTED_DEFINITION,
+        ),
+        ("two roots", lambda c: _flow(c, [("A", []), ("B", [])]), {}, SqlState.UNSUPPORTED_DEFINITION),
+        (
+            "max_attempts 3",
+            lambda c: _flow(c, [("A", []), ("B", ["A"])], max_attempts=3),
+            {},
+            SqlState.UNSUPPORTED_DEFINITION,
+        ),
         (
             "step max_attempts 2",
             lambda c: (
@@ -57,9 +68,14 @@ def _flow(conn: Conn, steps: list[tuple[str, list[str]]], **options: object) -> 
                 c.execute("select engine.add_step('bad', 'B', array['A'], max_attempts => 2)"),
             ),
             {},
-            "DR001",
+            SqlState.UNSUPPORTED_DEFINITION,
         ),
-        ("timeout 901", lambda c: _flow(c, [("A", []), ("B", ["A"])], timeout=901), {}, "DR001"),
+        (
+            "timeout 901",
+            lambda c: _flow(c, [("A", []), ("B", ["A"])], timeout=901),
+            {},
+            SqlState.UNSUPPORTED_DEFINITION,
+        ),
         (
             "A start_delay 1",
             lambda c: (
@@ -68,7 +84,7 @@ def _flow(conn: Conn, steps: list[tuple[str, list[str]]], **options: object) -> 
                 c.execute("select engine.add_step('bad', 'B', array['A'])"),
             ),
             {},
-            "DR001",
+            SqlState.UNSUPPORTED_DEFINITION,
         ),
         (
             "B start_delay 3601",
@@ -77,9 +93,14 @@ def _flow(conn: Conn, steps: list[tuple[str, list[str]]], **options: object) -> 
                 c.execute("select engine.add_step('bad', 'B', array['A'], start_delay => 3601)"),
             ),
             {},
-            "DR001",
+            SqlState.UNSUPPORTED_DEFINITION,
         ),
-        ("input over 65536 bytes", lambda c: _flow(c, [("A", []), ("B", ["A"])]), "x" * 65535, "DR002"),
+        (
+            "input over 65536 bytes",
+            lambda c: _flow(c, [("A", []), ("B", ["A"])]),
+            "x" * 65535,
+            SqlState.PAYLOAD_TOO_LARGE,
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) and len(v) < 40 else "",
 )
@@ -102,9 +123,9 @@ def test_limits_are_inclusive(conn: Conn) -> None:
 
 
 def test_unknown_flow_and_null_input(conn: Conn) -> None:
-    assert_refused(conn, "select engine.v2_start_run('nope', '{}')", None, "DR014", "nope")
+    assert_refused(conn, "select engine.v2_start_run('nope', '{}')", None, SqlState.UNKNOWN_OBJECT, "nope")
     define_ab(conn, "ab")
-    assert_refused(conn, "select engine.v2_start_run('ab', null)", None, "DR009", "ab")
+    assert_refused(conn, "select engine.v2_start_run('ab', null)", None, SqlState.BAD_OUTCOME_OR_RESULT, "ab")
 
 
 def test_limits_object(conn: Conn) -> None:

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from evidence_lib import engine
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn
-from evidence_lib.scenarios.common import read_step_message, rows
-from evidence_lib.snapshots import diff, snapshot
+from evidence_lib.engine import v1, v2
+from evidence_lib.engine.sqlstates import SqlState
+from evidence_lib.harness.ab_flow import read_step_message
+from evidence_lib.harness.snapshots import diff, snapshot
+from evidence_lib.pg.db import Conn, rows
 from tests.helpers import assert_refused, scalar
 from tests.v2_helpers import claim_a, start
 
@@ -26,7 +26,7 @@ TAKE = "select * from engine.v2_take_over(%s, %s, gen_random_uuid(), %s, %s::big
 @pytest.mark.parametrize("call", [CLAIM, TAKE], ids=["claim", "take_over"])
 def test_not_exactly_one_message_id_fails_before_any_write(conn: Conn, call: str, ids: str | None) -> None:
     s = start(conn)
-    assert_refused(conn, call, (s.run_id, "A", s.queue_a, ids), "DR003", str(s.run_id))
+    assert_refused(conn, call, (s.run_id, "A", s.queue_a, ids), SqlState.NOT_ONE_MESSAGE_ID, str(s.run_id))
 
 
 @pytest.mark.parametrize("mode", ["flow", "step"])
@@ -41,16 +41,18 @@ def test_wrong_queue_message_or_step_fails_without_queue_writes(conn: Conn, mode
         (other.run_id, "A", s.queue_a, [s.msg_a]),  # the other run with this queue
     ]
     for args in cases:
-        assert_refused(conn, CLAIM, args, "DR004", str(args[0]))
-        assert_refused(conn, TAKE, args, "DR004", str(args[0]))
+        assert_refused(conn, CLAIM, args, SqlState.IDENTITY_MISMATCH, str(args[0]))
+        assert_refused(conn, TAKE, args, SqlState.IDENTITY_MISMATCH, str(args[0]))
 
 
 def test_unknown_run_step_and_v1_run(conn: Conn) -> None:
     s = start(conn)
-    assert_refused(conn, "select * from engine.v2_claim(gen_random_uuid(), 'A', 'ab', '{1}')", None, "DR014")
-    assert_refused(conn, CLAIM, (s.run_id, "Z", s.queue_a, [s.msg_a]), "DR014", "Z")
-    v1_run = engine.start_flow(conn, "ab", {})
-    assert_refused(conn, CLAIM, (v1_run, "A", "ab", [s.msg_a + 1]), "DR015", str(v1_run))
+    assert_refused(
+        conn, "select * from engine.v2_claim(gen_random_uuid(), 'A', 'ab', '{1}')", None, SqlState.UNKNOWN_OBJECT
+    )
+    assert_refused(conn, CLAIM, (s.run_id, "Z", s.queue_a, [s.msg_a]), SqlState.UNKNOWN_OBJECT, "Z")
+    v1_run = v1.start_flow(conn, "ab", {})
+    assert_refused(conn, CLAIM, (v1_run, "A", "ab", [s.msg_a + 1]), SqlState.V2_CALL_ON_V1_RUN, str(v1_run))
 
 
 @pytest.mark.parametrize("mode", ["flow", "step"])
@@ -97,8 +99,10 @@ def test_ineligible_runs_refuse_claims_with_no_queue_effect(conn: Conn, state: s
 def test_definition_mismatch_refuses_claim_and_reconcile(conn: Conn) -> None:
     s = start(conn)
     conn.execute("update engine.steps set timeout = 5 where step_slug = 'A'")  # behind the engine's back
-    assert_refused(conn, CLAIM, (s.run_id, "A", s.queue_a, [s.msg_a]), "DR005", str(s.run_id), "ab")
-    assert_refused(conn, "select * from engine.v2_reconcile(%s)", (s.run_id,), "DR005", str(s.run_id))
+    assert_refused(conn, CLAIM, (s.run_id, "A", s.queue_a, [s.msg_a]), SqlState.DEFINITION_CHANGED, str(s.run_id), "ab")
+    assert_refused(
+        conn, "select * from engine.v2_reconcile(%s)", (s.run_id,), SqlState.DEFINITION_CHANGED, str(s.run_id)
+    )
 
 
 def test_message_ids_beyond_2_pow_53_stay_exact(conn: Conn) -> None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn, connect
+from evidence_lib.engine import v2
+from evidence_lib.engine.sqlstates import SqlState
 from evidence_lib.harness import Controller, Session
-from evidence_lib.scenarios.common import read_step_message, rows, wait_for_backoff
-from evidence_lib.snapshots import diff, snapshot
+from evidence_lib.harness.ab_flow import read_step_message
+from evidence_lib.harness.snapshots import diff, snapshot
+from evidence_lib.harness.waits import wait_for_backoff
+from evidence_lib.pg.db import Conn, connect, rows
 from tests.helpers import assert_refused, queue_messages, scalar
 from tests.v2_helpers import claim_a, start, through_b_claim
 
@@ -27,10 +29,10 @@ def _settled_a(conn: Conn, mode: str = "flow", slug: str = "ab") -> v2.Grant:
 def test_refusals(conn: Conn) -> None:
     s = start(conn)
     for bad in (0, 65, None):
-        assert_refused(conn, RECONCILE, (s.run_id, bad), "DR008", str(s.run_id))
-    assert_refused(conn, RECONCILE, ("00000000-0000-0000-0000-000000000000", 8), "DR014")
+        assert_refused(conn, RECONCILE, (s.run_id, bad), SqlState.ARGUMENT_OUT_OF_RANGE, str(s.run_id))
+    assert_refused(conn, RECONCILE, ("00000000-0000-0000-0000-000000000000", 8), SqlState.UNKNOWN_OBJECT)
     v1_run = scalar(conn, "select engine.start_flow('ab', '{}')")
-    assert_refused(conn, RECONCILE, (v1_run, 8), "DR015", str(v1_run))
+    assert_refused(conn, RECONCILE, (v1_run, 8), SqlState.V2_CALL_ON_V1_RUN, str(v1_run))
 
 
 def test_a_call_with_nothing_to_do_writes_nothing(conn: Conn) -> None:
@@ -63,7 +65,7 @@ def test_a_failing_action_rolls_back_entirely_and_backs_off(conn: Conn) -> None:
     assert scalar(conn, "select status from engine.step_states where step_slug = 'B'") == "created"
     assert scalar(conn, "select count(*) from engine.step_tasks where step_slug = 'B'") == 0
     [error] = rows(conn, "select * from engine.engine_errors")
-    assert (error["sqlstate"], error["action"], error["generation"]) == ("DR900", "create_b", 1)
+    assert (error["sqlstate"], error["action"], error["generation"]) == (SqlState.HOOK_FAILED, "create_b", 1)
     work = v2.work_row(conn, grant.run_id)
     assert work["consecutive_errors"] == 1
     assert scalar(

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn
-from evidence_lib.jsontypes import Json
-from evidence_lib.scenarios.common import rows
-from evidence_lib.snapshots import diff, snapshot
+from evidence_lib.engine import v2
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.engine.sqlstates import SqlState
+from evidence_lib.harness.snapshots import diff, snapshot
+from evidence_lib.pg.db import Conn, rows
 from tests.helpers import assert_refused, queue_messages, scalar
 from tests.v2_helpers import claim_a, start, through_b_claim
 
@@ -20,11 +20,15 @@ SETTLE = "select * from engine.v2_settle(%s, %s, %s::jsonb)"
 def test_argument_refusals(conn: Conn) -> None:
     grant = claim_a(conn, start(conn))
     cid = str(grant.claim_id)
-    assert_refused(conn, SETTLE, (grant.claim_id, "done", "1"), "DR009", cid)
-    assert_refused(conn, SETTLE, (grant.claim_id, None, "1"), "DR009", cid)
-    assert_refused(conn, SETTLE, (grant.claim_id, "completed", None), "DR009", cid)
-    assert_refused(conn, SETTLE, (grant.claim_id, "completed", json.dumps("x" * 262_143)), "DR002", cid)
-    assert_refused(conn, "select * from engine.v2_settle(gen_random_uuid(), 'completed', '1')", None, "DR013")
+    assert_refused(conn, SETTLE, (grant.claim_id, "done", "1"), SqlState.BAD_OUTCOME_OR_RESULT, cid)
+    assert_refused(conn, SETTLE, (grant.claim_id, None, "1"), SqlState.BAD_OUTCOME_OR_RESULT, cid)
+    assert_refused(conn, SETTLE, (grant.claim_id, "completed", None), SqlState.BAD_OUTCOME_OR_RESULT, cid)
+    assert_refused(
+        conn, SETTLE, (grant.claim_id, "completed", json.dumps("x" * 262_143)), SqlState.PAYLOAD_TOO_LARGE, cid
+    )
+    assert_refused(
+        conn, "select * from engine.v2_settle(gen_random_uuid(), 'completed', '1')", None, SqlState.UNKNOWN_CLAIM
+    )
 
 
 @pytest.mark.parametrize("mode", ["flow", "step"])

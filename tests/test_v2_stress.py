@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evidence_lib import db
-from evidence_lib.db import Server
+from evidence_lib.pg import db
+from evidence_lib.pg.db import Server
 from evidence_lib.scenarios.stress import run_stress
 
 

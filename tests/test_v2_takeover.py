@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn, connect
-from evidence_lib.scenarios.common import rows, wait_for_lease_expiry
-from evidence_lib.snapshots import diff, snapshot
+from evidence_lib.engine import v2
+from evidence_lib.engine.sqlstates import SqlState
+from evidence_lib.harness.snapshots import diff, snapshot
+from evidence_lib.harness.waits import wait_for_lease_expiry
+from evidence_lib.pg.db import Conn, connect, rows
 from tests.helpers import assert_refused, queue_messages, scalar
 from tests.v2_helpers import claim_a, start
 
@@ -15,8 +16,16 @@ TAKE = "select * from engine.v2_take_over(%s, 'A', %s, %s, array[%s]::bigint[])"
 def test_takeover_lifecycle(conn: Conn, db_url: str) -> None:
     s = start(conn, "step", timeout=1)  # lease horizon = claim time + 3 s
     first = claim_a(conn, s)
-    assert_refused(conn, TAKE, (s.run_id, first.claim_id, s.queue_a, s.msg_a), "DR007", str(first.claim_id))
-    assert_refused(conn, TAKE, (s.run_id, s.run_id, s.queue_a, s.msg_a), "DR006")  # not the current claim
+    assert_refused(
+        conn,
+        TAKE,
+        (s.run_id, first.claim_id, s.queue_a, s.msg_a),
+        SqlState.TAKEOVER_BEFORE_HORIZON,
+        str(first.claim_id),
+    )
+    assert_refused(
+        conn, TAKE, (s.run_id, s.run_id, s.queue_a, s.msg_a), SqlState.NOT_CLAIMABLE
+    )  # not the current claim
     before = rows(conn, "select * from engine.task_claims")[0]
 
     wait_for_lease_expiry(conn, first.claim_id)
@@ -41,7 +50,7 @@ def test_takeover_lifecycle(conn: Conn, db_url: str) -> None:
         work = v2.work_row(other, s.run_id)
     assert work["health"] == "attention" and "takeover" in work["attention_reason"]
     assert [m["msg_id"] for m in queue_messages(conn, s.queue_a)] == [s.msg_a]  # the message stays
-    assert_refused(conn, TAKE, (s.run_id, second.claim_id, s.queue_a, s.msg_a), "DR006")
+    assert_refused(conn, TAKE, (s.run_id, second.claim_id, s.queue_a, s.msg_a), SqlState.NOT_CLAIMABLE)
 
     receipt = v2.settle(conn, second.claim_id, "completed", {"late": True})  # allowed under attention
     assert receipt.verdict == "accepted"

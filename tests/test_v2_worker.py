@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 from psycopg import conninfo
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn, connect
-from evidence_lib.faults import LostAckProxy, drop_route_queue, held_hook, kill_at_hook, xact_status
-from evidence_lib.flows import Flow, compile_flow, with_step_queues
-from evidence_lib.jsontypes import Json
-from evidence_lib.reconciler import Reconciler
-from evidence_lib.scenarios.common import wait_for_lease_expiry
-from evidence_lib.snapshots import diff, snapshot
-from evidence_lib.worker_common import WorkerConfig
-from evidence_lib.worker_v2 import V2Worker
+from evidence_lib.engine import v2
+from evidence_lib.engine.flows import Flow, compile_flow, with_step_queues
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.harness.faults import LostAckProxy, drop_route_queue, held_hook, kill_at_hook, xact_status
+from evidence_lib.harness.snapshots import diff, snapshot
+from evidence_lib.harness.waits import wait_for_lease_expiry
+from evidence_lib.pg.db import Conn, connect
+from evidence_lib.workers.config import WorkerConfig
+from evidence_lib.workers.reconciler import Reconciler
+from evidence_lib.workers.v2 import V2Worker
 from tests.helpers import queue_messages, scalar
 
 

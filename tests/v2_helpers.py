@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn
-from evidence_lib.flows import AnyFlow, route
-from evidence_lib.scenarios.common import QueueMode, define_ab, read_step_message
+from evidence_lib.engine import v2
+from evidence_lib.engine.flows import AnyFlow, QueueMode, route
+from evidence_lib.harness.ab_flow import define_ab, read_step_message
+from evidence_lib.pg.db import Conn
 
 
 @dataclass

@@ -23,10 +23,10 @@ from typing import Any
 
 import psycopg
 
-from evidence_lib.db import Conn, connect
+from evidence_lib.harness.locks import LivenessTimeout, LockWait, dump
 from evidence_lib.harness.sessions import Controller, Session
 from evidence_lib.harness.transcript import CheckRecord, PermutationRun, RaceResult, StepRecord
-from evidence_lib.locks import LivenessTimeout, LockWait, dump
+from evidence_lib.pg.db import Conn, connect
 
 
 @dataclass

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from evidence_lib.db import Conn, connect
-from evidence_lib.locks import LivenessTimeout, LockWait, dump, waits
+from evidence_lib.harness.locks import LivenessTimeout, LockWait, dump, waits
+from evidence_lib.pg.db import Conn, connect
 
 HOOK_KEY_SPACE = 7001  # advisory lock classid of engine._hook points
 

@@ -8,25 +8,16 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn, connect
-from evidence_lib.faults import LostAckProxy, xact_status
-from evidence_lib.flows import AnyFlow, route
-from evidence_lib.jsontypes import Json
-from evidence_lib.report import ScenarioResult
-from evidence_lib.scenarios.common import (
-    QueueMode,
-    define_ab,
-    modes,
-    one,
-    read_step_message,
-    scenario_database,
-    scenario_server,
-    step_of,
-    timed,
-)
-from evidence_lib.scenarios.rows import run_state
-from evidence_lib.worker_v2 import V2Worker
+from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.engine import v2
+from evidence_lib.engine.flows import AnyFlow, QueueMode, route
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.harness.ab_flow import define_ab, read_step_message, step_of
+from evidence_lib.harness.faults import LostAckProxy, xact_status
+from evidence_lib.pg.db import Conn, connect, one
+from evidence_lib.scenarios.support.readback import run_state
+from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server, timed
+from evidence_lib.workers.v2 import V2Worker
 
 SCENARIO = "01_ab_proof"
 

@@ -8,28 +8,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from evidence_lib import engine
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn, connect
-from evidence_lib.flows import Flow, compile_flow, route
-from evidence_lib.report import ScenarioResult
-from evidence_lib.scenarios.common import (
-    define_ab,
-    modes,
-    one,
-    read_step_message,
-    scenario_database,
-    scenario_server,
-)
-from evidence_lib.snapshots import attempt, diff, snapshot
-from evidence_lib.worker import Worker
+from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.engine import v1, v2
+from evidence_lib.engine.flows import Flow, compile_flow, route
+from evidence_lib.engine.sqlstates import SqlState
+from evidence_lib.harness.ab_flow import define_ab, read_step_message
+from evidence_lib.harness.snapshots import attempt, diff, snapshot
+from evidence_lib.pg.db import Conn, connect, one
+from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server
+from evidence_lib.workers.v1 import Worker
 
 SCENARIO = "06_admission"
 
 START = "select engine.v2_start_run(%s, %s::jsonb)"
 # (case, definition statements, input, expected SQLSTATE)
 SHAPES: list[tuple[str, list[str], Any, str]] = [
-    ("one step", ["create_flow('s1', max_attempts => 1)", "add_step('s1', 'A')"], {}, "DR001"),
+    ("one step", ["create_flow('s1', max_attempts => 1)", "add_step('s1', 'A')"], {}, SqlState.UNSUPPORTED_DEFINITION),
     (
         "three steps",
         [
@@ -39,19 +33,19 @@ SHAPES: list[tuple[str, list[str], Any, str]] = [
             "add_step('s3', 'C', array['B'])",
         ],
         {},
-        "DR001",
+        SqlState.UNSUPPORTED_DEFINITION,
     ),
     (
         "two roots",
         ["create_flow('r2', max_attempts => 1)", "add_step('r2', 'A')", "add_step('r2', 'B')"],
         {},
-        "DR001",
+        SqlState.UNSUPPORTED_DEFINITION,
     ),
     (
         "flow max_attempts 3",
         ["create_flow('m3')", "add_step('m3', 'A')", "add_step('m3', 'B', array['A'])"],
         {},
-        "DR001",
+        SqlState.UNSUPPORTED_DEFINITION,
     ),
     (
         "step max_attempts 2",
@@ -61,7 +55,7 @@ SHAPES: list[tuple[str, list[str], Any, str]] = [
             "add_step('m2', 'B', array['A'], max_attempts => 2)",
         ],
         {},
-        "DR001",
+        SqlState.UNSUPPORTED_DEFINITION,
     ),
     (
         "timeout 901 s",
@@ -71,7 +65,7 @@ SHAPES: list[tuple[str, list[str], Any, str]] = [
             "add_step('t9', 'B', array['A'])",
         ],
         {},
-        "DR001",
+        SqlState.UNSUPPORTED_DEFINITION,
     ),
     (
         "A start_delay 1 s",
@@ -81,7 +75,7 @@ SHAPES: list[tuple[str, list[str], Any, str]] = [
             "add_step('da', 'B', array['A'])",
         ],
         {},
-        "DR001",
+        SqlState.UNSUPPORTED_DEFINITION,
     ),
     (
         "B start_delay 3601 s",
@@ -91,21 +85,21 @@ SHAPES: list[tuple[str, list[str], Any, str]] = [
             "add_step('db', 'B', array['A'], start_delay => 3601)",
         ],
         {},
-        "DR001",
+        SqlState.UNSUPPORTED_DEFINITION,
     ),
     (
         "input 65 537 bytes",
         ["create_flow('big', max_attempts => 1)", "add_step('big', 'A')", "add_step('big', 'B', array['A'])"],
         "x" * 65535,
-        "DR002",
+        SqlState.PAYLOAD_TOO_LARGE,
     ),
     (
         "input SQL NULL",
         ["create_flow('nul', max_attempts => 1)", "add_step('nul', 'A')", "add_step('nul', 'B', array['A'])"],
         None,
-        "DR009",
+        SqlState.BAD_OUTCOME_OR_RESULT,
     ),
-    ("unknown flow", [], {}, "DR014"),
+    ("unknown flow", [], {}, SqlState.UNKNOWN_OBJECT),
 ]
 
 
@@ -170,27 +164,31 @@ def _isolation(result: ScenarioResult, url: str, mode: str) -> None:
         grant = v2.claim(conn, run_id, "A", route(flow, "A"), msg)
         assert grant is not None
         for case, call, expected in [
-            ("complete_task on a v2 task", "select engine.complete_task(%s, 'A', 0, '1')", "DR010"),
-            ("fail_task on a v2 task", "select engine.fail_task(%s, 'A', 0, 'x')", "DR010"),
-            ("v2_reconcile with max_actions 0", "select engine.v2_reconcile(%s, 0)", "DR008"),
+            ("complete_task on a v2 task", "select engine.complete_task(%s, 'A', 0, '1')", SqlState.V1_WRITER_ON_V2),
+            ("fail_task on a v2 task", "select engine.fail_task(%s, 'A', 0, 'x')", SqlState.V1_WRITER_ON_V2),
+            ("v2_reconcile with max_actions 0", "select engine.v2_reconcile(%s, 0)", SqlState.ARGUMENT_OUT_OF_RANGE),
         ]:
             table.append(_refusal_row(conn, case, call, (run_id,), expected))
         for case, call, expected in [
             (
                 "add a step while a v2 run is active",
                 "select engine.add_step('iso', 'C', array['B'])",
-                "DR011",
+                SqlState.DEFINITION_LOCKED,
             ),
             (
                 "change options while a v2 run is active",
                 "select engine.create_flow('iso', max_attempts => 1, timeout => 5)",
-                "DR011",
+                SqlState.DEFINITION_LOCKED,
             ),
-            ("delete the flow while a v2 run is active", "select engine.delete_flow('iso')", "DR011"),
+            (
+                "delete the flow while a v2 run is active",
+                "select engine.delete_flow('iso')",
+                SqlState.DEFINITION_LOCKED,
+            ),
         ]:
             table.append(_refusal_row(conn, case, call, None, expected))
         before = snapshot(conn)
-        ignored = engine.start_tasks(conn, route(flow, "A"), [msg]), engine.requeue_stalled_tasks(conn)
+        ignored = v1.start_tasks(conn, route(flow, "A"), [msg]), v1.requeue_stalled_tasks(conn)
         unchanged = diff(before, snapshot(conn)) == {}
         table.append(
             {
@@ -213,14 +211,14 @@ def _isolation(result: ScenarioResult, url: str, mode: str) -> None:
                 "live definition changed behind the engine's back",
                 "select engine.v2_reconcile(%s)",
                 (run_id,),
-                "DR005",
+                SqlState.DEFINITION_CHANGED,
             )
         )
         conn.execute("update engine.steps set timeout = null where flow_slug = 'iso' and step_slug = 'B'")
         classic: Flow[Any] = Flow("classic")
         classic.add("a", lambda x: {"a": x}).add("b", lambda x: "b done", deps=["a"])
         compile_flow(conn, classic)
-        v1_run = engine.start_flow(conn, "classic", {"v": 1})
+        v1_run = v1.start_flow(conn, "classic", {"v": 1})
         with Worker(url, classic) as w:
             while w.poll(wait_for_handlers=True):
                 pass

@@ -15,12 +15,12 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from evidence_lib import perf
-from evidence_lib.db import Server, connect
-from evidence_lib.report import ScenarioResult
-from evidence_lib.scenarios.common import modes, rows, scenario_database, scenario_server
+from evidence_lib.bench import throughput
+from evidence_lib.bench.starvation import run_starvation
+from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.pg.db import Server, connect, rows
 from evidence_lib.scenarios.soak import run_soak
-from evidence_lib.starvation import run_starvation
+from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server
 
 SCENARIO = "07_performance"
 TARGET_RATIO, TARGET_CPU_MS = 0.40, 6.0
@@ -83,9 +83,9 @@ def _throughput(result: ScenarioResult, server: Server, workers: str, seconds: f
     for n in counts:
         with scenario_database(server, hooks=hooks, prefix="perf") as url:
             cases = [
-                perf.raw_pgmq(server, url, n, seconds),
-                perf.v1_runs(server, url, n, seconds),
-                perf.v2_runs(server, url, n, seconds),
+                throughput.raw_pgmq(server, url, n, seconds),
+                throughput.v1_runs(server, url, n, seconds),
+                throughput.v2_runs(server, url, n, seconds),
             ]
             if n == max(counts):
                 _phases(result, url)

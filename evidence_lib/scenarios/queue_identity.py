@@ -9,25 +9,20 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from evidence_lib import db, engine, migrate
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Server, connect
-from evidence_lib.flows import AnyFlow, Flow, compile_flow, route, with_step_queues
-from evidence_lib.queues import step_queue_name
-from evidence_lib.reconciler import Reconciler
-from evidence_lib.report import ScenarioResult
-from evidence_lib.scenarios.common import (
-    define_ab,
-    one,
-    read_step_message,
-    rows,
-    scenario_database,
-    scenario_server,
-)
-from evidence_lib.snapshots import attempt, diff, snapshot
-from evidence_lib.worker import Worker
-from evidence_lib.worker_common import StepSelectorError
-from evidence_lib.worker_v2 import V2Worker
+from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.engine import v1, v2
+from evidence_lib.engine.flows import AnyFlow, Flow, compile_flow, route, with_step_queues
+from evidence_lib.engine.queues import step_queue_name
+from evidence_lib.engine.sqlstates import SqlState
+from evidence_lib.harness.ab_flow import define_ab, read_step_message
+from evidence_lib.harness.snapshots import attempt, diff, snapshot
+from evidence_lib.pg import db, migrate
+from evidence_lib.pg.db import Server, connect, one, rows
+from evidence_lib.scenarios.support.setup import scenario_database, scenario_server
+from evidence_lib.workers.config import StepSelectorError
+from evidence_lib.workers.reconciler import Reconciler
+from evidence_lib.workers.v1 import Worker
+from evidence_lib.workers.v2 import V2Worker
 
 SCENARIO = "05_queue_identity"
 BASELINE = "0001_baseline.sql"
@@ -87,14 +82,14 @@ def _naming(result: ScenarioResult, url: str) -> None:
         refusal = attempt(conn, "select engine.add_step('a', 'b__c', array['x'])")
         result.gate(
             "colliding_private_name_refused_without_writes",
-            refusal.sqlstate == "DR012" and not refusal.changed,
+            refusal.sqlstate == SqlState.QUEUE_COLLISION and not refusal.changed,
             f"[{refusal.sqlstate}] {refusal.message}; rows changed {refusal.changed_rows}",
         )
         conn.execute("select engine.create_flow('Orders')")
         refusal = attempt(conn, "select engine.create_flow('orders')")
         result.gate(
             "colliding_default_name_refused_without_writes",
-            refusal.sqlstate == "DR012" and not refusal.changed,
+            refusal.sqlstate == SqlState.QUEUE_COLLISION and not refusal.changed,
             f"[{refusal.sqlstate}] {refusal.message}",
         )
 
@@ -109,7 +104,7 @@ def _identity(result: ScenarioResult, url: str) -> None:
             "select * from engine.v2_claim(%s, 'A', %s, array[%s]::bigint[])",
             (run_l, route(right, "A"), msg_r),
         )
-        v1_grants = engine.start_tasks(conn, route(right, "A"), [msg_l])
+        v1_grants = v1.start_tasks(conn, route(right, "A"), [msg_l])
         result.table(
             "same_numeric_id",
             [
@@ -126,7 +121,7 @@ def _identity(result: ScenarioResult, url: str) -> None:
         )
         result.gate(
             "same_numeric_id_never_cross_claimed",
-            msg_l == msg_r and refusal.sqlstate == "DR004" and not refusal.changed and not v1_grants,
+            msg_l == msg_r and refusal.sqlstate == SqlState.IDENTITY_MISMATCH and not refusal.changed and not v1_grants,
             f"both queues hold message {msg_l}; cross claim: [{refusal.sqlstate}], no write, v1: no grant",
         )
 
@@ -217,7 +212,7 @@ def _selectors(result: ScenarioResult, url: str) -> None:
         refusal = attempt(conn, "select engine.create_flow('sel', max_attempts => 1, queue_mode => 'step')")
         result.gate(
             "mode_change_refused_without_destroying",
-            refusal.sqlstate == "DR016" and not refusal.changed,
+            refusal.sqlstate == SqlState.DEFINITION_DIFFERS and not refusal.changed,
             f"[{refusal.sqlstate}] {refusal.message}",
         )
 
@@ -233,10 +228,10 @@ def _upgrade(result: ScenarioResult, server: Server) -> None:
             conn.execute("select engine.create_flow('Shop', base_delay => 0)")
             conn.execute("select engine.add_step('Shop', 'a')")
             conn.execute("select engine.add_step('Shop', 'b', array['a'])")
-            runs = [engine.start_flow(conn, "Shop", {"i": i}) for i in range(3)]
+            runs = [v1.start_flow(conn, "Shop", {"i": i}) for i in range(3)]
             ids = [one(conn, "select message_id from engine.step_tasks where run_id = %s", (r,)) for r in runs[1:]]
-            grants = engine.start_tasks(conn, "Shop", ids)
-            engine.complete_task(conn, runs[2], "a", 0, {"a": 1})
+            grants = v1.start_tasks(conn, "Shop", ids)
+            v1.complete_task(conn, runs[2], "a", 0, {"a": 1})
             before = rows(
                 conn,
                 "select r.run_id, t.step_slug, t.status, t.message_id from engine.runs r "
@@ -250,7 +245,7 @@ def _upgrade(result: ScenarioResult, server: Server) -> None:
             )
             result.table("upgrade_tasks_before", before)
             result.table("upgrade_tasks_after", after)
-            engine.complete_task(conn, runs[1], "a", 0, {"a": 2})  # reported by an old worker
+            v1.complete_task(conn, runs[1], "a", 0, {"a": 2})  # reported by an old worker
             flow: Flow[Any] = Flow("Shop", base_delay=0)
             flow.add("a", lambda x: {"a": 3}).add("b", lambda x: "b", deps=["a"])
             with Worker(url, flow) as w:
@@ -290,6 +285,6 @@ def _rollback(result: ScenarioResult, server: Server) -> None:
             )
         result.gate(
             "new_constraint_violation_rolls_the_migration_back",
-            "DR012" in message and "foo (flows Foo, foo)" in message and not changed and columns == 0,
+            SqlState.QUEUE_COLLISION in message and "foo (flows Foo, foo)" in message and not changed and columns == 0,
             message.splitlines()[0],
         )

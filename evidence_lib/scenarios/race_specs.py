@@ -13,64 +13,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn, connect
-from evidence_lib.flows import route
+from evidence_lib.engine import v2
+from evidence_lib.engine.flows import QueueMode
+from evidence_lib.engine.sqlstates import SqlState
+from evidence_lib.harness.ab_flow import read_step_message
 from evidence_lib.harness.race import Check, Permutation, Race, RaceContext, SessionSpec, Step
-from evidence_lib.scenarios.common import (
-    QueueMode,
-    define_ab,
-    one,
-    read_step_message,
-    wait_for_lease_expiry,
+from evidence_lib.harness.waits import wait_for_lease_expiry
+from evidence_lib.pg.db import Conn
+from evidence_lib.scenarios.race_setup import (
+    ask,
+    claim_a,
+    claims_of,
+    show_grant,
+    show_receipt,
+    show_report,
+    start_race_run,
 )
 
 Result = tuple[bool, str]
-
-
-def _grant(value: Any) -> str:
-    return "0 rows" if value is None else f"1 row (claim {str(value.claim_id)[:8]})"
-
-
-def _receipt(value: Any) -> str:
-    return f"{value.verdict} (generation {value.generation})"
-
-
-def _report(value: Any) -> str:
-    return (
-        f"generation {value.generation}, {value.actions} action(s), processed "
-        f"{value.processed}, health {value.health}, run {value.run_status}"
-    )
-
-
-def _start(ctx: RaceContext, mode: QueueMode, *, timeout: int = 30) -> Conn:
-    conn = connect(ctx.url, application_name="setup")
-    flow = define_ab(conn, "race", mode, timeout=timeout)
-    run_id = v2.start_run(conn, "race", {"n": 1})
-    ctx.data.update(flow=flow, run=run_id, queue_a=route(flow, "A"), queue_b=route(flow, "B"))
-    return conn
-
-
-def _claim_a(ctx: RaceContext, conn: Conn) -> v2.Grant:
-    msg = read_step_message(conn, ctx.data["flow"], "A", ctx.data["run"])
-    grant = v2.claim(conn, ctx.data["run"], "A", ctx.data["queue_a"], msg)
-    assert grant is not None
-    ctx.data.update(msg_a=msg, claim_1=grant.claim_id)
-    return grant
-
-
-def _q(ctx: RaceContext, sql: str, *params: Any) -> Any:
-    with ctx.connect() as conn:
-        return one(conn, sql, params or None)
-
-
-def _claims(ctx: RaceContext, step: str = "A") -> list[tuple[Any, ...]]:
-    with ctx.connect() as conn:
-        return conn.execute(
-            "select claim_id, state, replaced_by, lease_expires_at from engine.task_claims "
-            "where run_id = %s and step_slug = %s order by claimed_at",
-            (ctx.data["run"], step),
-        ).fetchall()
 
 
 # -- double claim ------------------------------------------------------------------------------
@@ -78,7 +38,7 @@ def _claims(ctx: RaceContext, step: str = "A") -> list[tuple[Any, ...]]:
 
 def _double_claim_setup(mode: QueueMode) -> Any:
     def setup(ctx: RaceContext) -> None:
-        with _start(ctx, mode) as conn:
+        with start_race_run(ctx, mode) as conn:
             ctx.data["msg_a"] = read_step_message(conn, ctx.data["flow"], "A", ctx.data["run"])
 
     return setup
@@ -89,7 +49,7 @@ def _claim_step(name: str) -> Step:
         name,
         "select * from engine.v2_claim(:run, 'A', :queue_a, array[:msg_a])",
         lambda conn, ctx: v2.claim(conn, ctx.data["run"], "A", ctx.data["queue_a"], ctx.data["msg_a"]),
-        _grant,
+        show_grant,
     )
 
 
@@ -100,8 +60,8 @@ def _exactly_one_grant(ctx: RaceContext) -> Result:
 
 
 def _one_claim_row(ctx: RaceContext) -> Result:
-    claims = _claims(ctx)
-    attempts = _q(
+    claims = claims_of(ctx)
+    attempts = ask(
         ctx,
         "select attempts_count from engine.step_tasks where run_id = %s and step_slug = 'A'",
         ctx.data["run"],
@@ -113,8 +73,8 @@ def _one_claim_row(ctx: RaceContext) -> Result:
 
 
 def _vt_equals_lease(ctx: RaceContext) -> Result:
-    [(_claim, _, _, lease)] = _claims(ctx)[-1:]
-    vt = _q(ctx, f"select vt from pgmq.q_{ctx.data['queue_a']} where msg_id = %s", ctx.data["msg_a"])
+    [(_claim, _, _, lease)] = claims_of(ctx)[-1:]
+    vt = ask(ctx, f"select vt from pgmq.q_{ctx.data['queue_a']} where msg_id = %s", ctx.data["msg_a"])
     return vt == lease, f"vt {vt} vs lease {lease}"
 
 
@@ -145,8 +105,8 @@ def double_claim(mode: QueueMode = "flow") -> Race:
 
 def _expired_claim_setup(mode: QueueMode) -> Any:
     def setup(ctx: RaceContext) -> None:
-        with _start(ctx, mode, timeout=1) as conn:
-            _claim_a(ctx, conn)
+        with start_race_run(ctx, mode, timeout=1) as conn:
+            claim_a(ctx, conn)
             wait_for_lease_expiry(conn, ctx.data["claim_1"])
 
     return setup
@@ -154,19 +114,19 @@ def _expired_claim_setup(mode: QueueMode) -> Any:
 
 def _settle_first_checks() -> list[Check]:
     def accepted(ctx: RaceContext) -> Result:
-        outcome = _q(ctx, "select outcome from engine.task_settlements where claim_id = %s", ctx.data["claim_1"])
-        status = _q(ctx, "select status from engine.step_tasks where run_id = %s and step_slug = 'A'", ctx.data["run"])
+        outcome = ask(ctx, "select outcome from engine.task_settlements where claim_id = %s", ctx.data["claim_1"])
+        status = ask(ctx, "select status from engine.step_tasks where run_id = %s and step_slug = 'A'", ctx.data["run"])
         return outcome == "completed" and status == "completed", f"settlement {outcome}, task {status}"
 
     def nothing_revoked(ctx: RaceContext) -> Result:
-        states = [c[1] for c in _claims(ctx)]
-        losses = _q(
+        states = [c[1] for c in claims_of(ctx)]
+        losses = ask(
             ctx,
             "select infrastructure_losses from engine.step_tasks where run_id = %s and step_slug = 'A'",
             ctx.data["run"],
         )
         err = ctx.errors.get("op_take_over")
-        refused = err is not None and err.sqlstate == "DR006"
+        refused = err is not None and err.sqlstate == SqlState.NOT_CLAIMABLE
         return states == ["settled"] and losses == 0 and refused, f"claims {states}, losses {losses}"
 
     return [
@@ -177,14 +137,14 @@ def _settle_first_checks() -> list[Check]:
 
 def _takeover_first_checks() -> list[Check]:
     def revoked_and_replaced(ctx: RaceContext) -> Result:
-        claims = _claims(ctx)
+        claims = claims_of(ctx)
         ok = (
             len(claims) == 2
             and claims[0][1] == "revoked"
             and claims[0][2] == claims[1][0]
             and claims[1][1] == "current"
         )
-        losses = _q(
+        losses = ask(
             ctx,
             "select infrastructure_losses from engine.step_tasks where run_id = %s and step_slug = 'A'",
             ctx.data["run"],
@@ -193,8 +153,8 @@ def _takeover_first_checks() -> list[Check]:
 
     def settlement_stale(ctx: RaceContext) -> Result:
         receipt = ctx.results.get("w1_settle")
-        rows = _q(ctx, "select count(*) from engine.task_settlements where run_id = %s", ctx.data["run"])
-        status = _q(ctx, "select status from engine.step_tasks where run_id = %s and step_slug = 'A'", ctx.data["run"])
+        rows = ask(ctx, "select count(*) from engine.task_settlements where run_id = %s", ctx.data["run"])
+        status = ask(ctx, "select status from engine.step_tasks where run_id = %s and step_slug = 'A'", ctx.data["run"])
         verdict = getattr(receipt, "verdict", None)
         return (
             verdict == "stale" and rows == 0 and status == "started",
@@ -202,8 +162,8 @@ def _takeover_first_checks() -> list[Check]:
         )
 
     def vt_moved(ctx: RaceContext) -> Result:
-        lease = _claims(ctx)[-1][3]
-        vt = _q(ctx, f"select vt from pgmq.q_{ctx.data['queue_a']} where msg_id = %s", ctx.data["msg_a"])
+        lease = claims_of(ctx)[-1][3]
+        vt = ask(ctx, f"select vt from pgmq.q_{ctx.data['queue_a']} where msg_id = %s", ctx.data["msg_a"])
         return vt == lease, f"vt {vt} vs new lease {lease}"
 
     return [
@@ -218,7 +178,7 @@ def settle_vs_takeover(mode: QueueMode = "flow") -> Race:
         "w1_settle",
         "select * from engine.v2_settle(:claim_1, 'completed', '{\"a\": 1}')",
         lambda conn, ctx: v2.settle(conn, ctx.data["claim_1"], "completed", {"a": 1}),
-        _receipt,
+        show_receipt,
     )
     take = Step(
         "op_take_over",
@@ -226,7 +186,7 @@ def settle_vs_takeover(mode: QueueMode = "flow") -> Race:
         lambda conn, ctx: v2.take_over(
             conn, ctx.data["run"], "A", ctx.data["claim_1"], ctx.data["queue_a"], ctx.data["msg_a"]
         ),
-        _grant,
+        show_grant,
     )
     return Race(
         f"settle_vs_takeover[{mode}]",
@@ -256,8 +216,8 @@ def settle_vs_takeover(mode: QueueMode = "flow") -> Race:
 
 def _settled_a_setup(mode: QueueMode) -> Any:
     def setup(ctx: RaceContext) -> None:
-        with _start(ctx, mode) as conn:
-            grant = _claim_a(ctx, conn)
+        with start_race_run(ctx, mode) as conn:
+            grant = claim_a(ctx, conn)
             v2.settle(conn, grant.claim_id, "completed", {"a": 1})
 
     return setup
@@ -268,13 +228,13 @@ def _reconcile_step(name: str) -> Step:
         name,
         "select * from engine.v2_reconcile(:run)",
         lambda conn, ctx: v2.reconcile(conn, ctx.data["run"]),
-        _report,
+        show_report,
     )
 
 
 def _b_created_once(ctx: RaceContext) -> Result:
-    tasks = _q(ctx, "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'", ctx.data["run"])
-    messages = _q(
+    tasks = ask(ctx, "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'", ctx.data["run"])
+    messages = ask(
         ctx,
         f"select count(*) from pgmq.q_{ctx.data['queue_b']} "
         "where message->>'run_id' = %s and message->>'step_slug' = 'B'",
@@ -325,8 +285,8 @@ def two_reconcilers(mode: QueueMode = "flow") -> Race:
 
 def _b_claimed_setup(mode: QueueMode) -> Any:
     def setup(ctx: RaceContext) -> None:
-        with _start(ctx, mode) as conn:
-            grant = _claim_a(ctx, conn)
+        with start_race_run(ctx, mode) as conn:
+            grant = claim_a(ctx, conn)
             v2.settle(conn, grant.claim_id, "completed", {"a": 1})
             v2.reconcile(conn, ctx.data["run"])
             msg_b = read_step_message(conn, ctx.data["flow"], "B", ctx.data["run"])
@@ -360,8 +320,8 @@ def _held_old_generation_checks() -> list[Check]:
 
 
 def _run_completed(ctx: RaceContext) -> Result:
-    status = _q(ctx, "select status from engine.runs where run_id = %s", ctx.data["run"])
-    output = _q(ctx, "select output from engine.runs where run_id = %s", ctx.data["run"])
+    status = ask(ctx, "select status from engine.runs where run_id = %s", ctx.data["run"])
+    output = ask(ctx, "select output from engine.runs where run_id = %s", ctx.data["run"])
     return status == "completed" and output == "b", f"run {status}, output {output!r}"
 
 
@@ -383,7 +343,7 @@ def settle_vs_generation(mode: QueueMode = "flow") -> Race:
         "w_settle",
         "select * from engine.v2_settle(:claim_b, 'completed', '\"b\"')",
         lambda conn, ctx: v2.settle(conn, ctx.data["claim_b"], "completed", "b"),
-        _receipt,
+        show_receipt,
     )
     return Race(
         f"settle_vs_generation[{mode}]",

@@ -12,11 +12,11 @@ from contextlib import AbstractContextManager, contextmanager
 
 import matplotlib.pyplot as plt
 
-from evidence_lib.db import Server
+from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.harness import RaceResult, run_race
-from evidence_lib.report import ScenarioResult
+from evidence_lib.pg.db import Server
 from evidence_lib.scenarios import race_specs
-from evidence_lib.scenarios.common import modes, scenario_database, scenario_server
+from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server
 
 SCENARIO = "03_races"
 

@@ -12,30 +12,19 @@ from uuid import UUID
 
 import matplotlib.pyplot as plt
 
-from evidence_lib import engine
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn, connect
-from evidence_lib.faults import drop_route_queue, held_hook, kill_at_hook
-from evidence_lib.flows import AnyFlow, route
+from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.engine import v1, v2
+from evidence_lib.engine.flows import AnyFlow, QueueMode, route
+from evidence_lib.engine.sqlstates import SqlState
 from evidence_lib.harness import Session
-from evidence_lib.reconciler import Reconciler
-from evidence_lib.report import ScenarioResult
-from evidence_lib.scenarios.common import (
-    QueueMode,
-    define_ab,
-    modes,
-    one,
-    read_step_message,
-    rows,
-    scenario_database,
-    scenario_server,
-    step_of,
-    timed,
-    wait_for_backoff,
-    wait_for_lease_expiry,
-)
-from evidence_lib.snapshots import diff, snapshot
-from evidence_lib.worker_v2 import V2Worker
+from evidence_lib.harness.ab_flow import define_ab, read_step_message, step_of
+from evidence_lib.harness.faults import drop_route_queue, held_hook, kill_at_hook
+from evidence_lib.harness.snapshots import diff, snapshot
+from evidence_lib.harness.waits import wait_for_backoff, wait_for_lease_expiry
+from evidence_lib.pg.db import Conn, connect, one, rows
+from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server, timed
+from evidence_lib.workers.reconciler import Reconciler
+from evidence_lib.workers.v2 import V2Worker
 
 SCENARIO = "04_reconciliation"
 
@@ -106,7 +95,7 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
         result.gate(
             "engine_error_recorded_with_backoff",
             len(errors) == 1
-            and errors[0]["sqlstate"] == "DR900"
+            and errors[0]["sqlstate"] == SqlState.HOOK_FAILED
             and work["health"] == "backoff"
             and work["consecutive_errors"] == 1,
             f"errors {errors}; health {work['health']}",
@@ -277,7 +266,7 @@ def _takeover_attention(result: ScenarioResult, url: str, mode: QueueMode) -> No
             f"health {work['health']} ({work['attention_reason']}); message in queue: {still_queued}",
             mode,
         )
-        reread = engine.read_messages(conn, queue, 5, 10)  # a worker reads the left message again
+        reread = v1.read_messages(conn, queue, 5, 10)  # a worker reads the left message again
         before = snapshot(conn)
         refused = [v2.claim(conn, run_id, "A", queue, m.msg_id) for m in reread]
         changed = diff(before, snapshot(conn))

@@ -9,24 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import connect
-from evidence_lib.faults import LostAckProxy, proxy_summary, xact_status
-from evidence_lib.flows import Flow, compile_flow, with_step_queues
-from evidence_lib.jsontypes import Json
-from evidence_lib.reconciler import Reconciler
-from evidence_lib.report import ScenarioResult
-from evidence_lib.scenarios.common import (
-    QueueMode,
-    modes,
-    one,
-    scenario_database,
-    scenario_server,
-    step_of,
-    timed,
-)
-from evidence_lib.snapshots import diff, snapshot
-from evidence_lib.worker_v2 import V2Worker
+from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.engine import v2
+from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, with_step_queues
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.harness.ab_flow import step_of
+from evidence_lib.harness.faults import LostAckProxy, proxy_summary, xact_status
+from evidence_lib.harness.snapshots import diff, snapshot
+from evidence_lib.pg.db import connect, one
+from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server, timed
+from evidence_lib.workers.reconciler import Reconciler
+from evidence_lib.workers.v2 import V2Worker
 
 SCENARIO = "02_response_loss"
 

@@ -15,11 +15,11 @@ from typing import Any, get_args
 
 import psycopg
 
-from evidence_lib.db import Conn, connect
-from evidence_lib.report import ScenarioResult
+from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.harness.snapshots import diff, snapshot
+from evidence_lib.pg.db import Conn, connect, one, rows
 from evidence_lib.scenarios import shadowing
-from evidence_lib.scenarios.common import modes, one, rows, scenario_database, scenario_server
-from evidence_lib.snapshots import diff, snapshot
+from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server
 
 SCENARIO = "09_security"
 SAFE_PATH = "search_path=pg_catalog, pg_temp"

@@ -24,11 +24,11 @@ from psycopg import conninfo
 from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
-from evidence_lib import engine
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn, connect
-from evidence_lib.flows import Flow, compile_flow, route
-from evidence_lib.scenarios.common import QueueMode, define_ab, one, read_step_message, wait_for_lease_expiry
+from evidence_lib.engine import v1, v2
+from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, route
+from evidence_lib.harness.ab_flow import define_ab, read_step_message
+from evidence_lib.harness.waits import wait_for_lease_expiry
+from evidence_lib.pg.db import Conn, connect, one
 
 Role = Literal["engine_worker", "engine_operator"]
 
@@ -154,7 +154,7 @@ def _v1_flow(conn: Conn, mode: QueueMode, slug: str, timeout: int = 60) -> Flow[
     flow: Flow[Any] = Flow(slug, timeout=timeout)
     flow.add("a", lambda x: x)
     if mode == "step":
-        from evidence_lib.flows import with_step_queues
+        from evidence_lib.engine.flows import with_step_queues
 
         compile_flow(conn, with_step_queues(flow))
     else:
@@ -168,15 +168,15 @@ def _v1_queue(conn: Conn, slug: str) -> str:
 
 def _v1_read(conn: Conn, mode: QueueMode, slug: str, timeout: int = 60) -> dict[str, Any]:
     _v1_flow(conn, mode, slug, timeout)
-    run_id = engine.start_flow(conn, slug, {"n": 1})
+    run_id = v1.start_flow(conn, slug, {"n": 1})
     queue = _v1_queue(conn, slug)
-    [message] = engine.read_messages(conn, queue, 30, 1)
+    [message] = v1.read_messages(conn, queue, 30, 1)
     return {"run": run_id, "queue": queue, "msg": message.msg_id}
 
 
 def _v1_started(conn: Conn, mode: QueueMode, slug: str, timeout: int = 60) -> dict[str, Any]:
     p = _v1_read(conn, mode, slug, timeout)
-    assert len(engine.start_tasks(conn, p["queue"], [p["msg"]])) == 1
+    assert len(v1.start_tasks(conn, p["queue"], [p["msg"]])) == 1
     return p
 
 
@@ -191,7 +191,7 @@ def _v1_stalled(conn: Conn, mode: QueueMode, slug: str) -> dict[str, Any]:
 
 def _v1_completed(conn: Conn, mode: QueueMode, slug: str) -> dict[str, Any]:
     p = _v1_started(conn, mode, slug)
-    engine.complete_task(conn, p["run"], "a", 0, {"done": True})
+    v1.complete_task(conn, p["run"], "a", 0, {"done": True})
     return p
 
 

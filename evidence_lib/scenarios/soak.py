@@ -16,16 +16,15 @@ from uuid import UUID
 
 import psycopg
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import connect
-from evidence_lib.faults import LostAckProxy, xact_status
-from evidence_lib.flows import Flow, compile_flow, route, with_step_queues
-from evidence_lib.jsontypes import Json
-from evidence_lib.reconciler import Reconciler
-from evidence_lib.scenarios.common import QueueMode, one, rows
-from evidence_lib.scenarios.rows import deadlock_count, message_facts
-from evidence_lib.worker_common import WorkerConfig
-from evidence_lib.worker_v2 import V2Worker
+from evidence_lib.engine import v2
+from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, route, with_step_queues
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.harness.faults import LostAckProxy, xact_status
+from evidence_lib.pg.db import connect, one, rows
+from evidence_lib.scenarios.support.readback import deadlock_count, message_facts
+from evidence_lib.workers.config import WorkerConfig
+from evidence_lib.workers.reconciler import Reconciler
+from evidence_lib.workers.v2 import V2Worker
 
 LEASE_TIMEOUT = 1  # seconds: A hangs past claim + 1 s + 2 s of grace
 

@@ -14,14 +14,13 @@ from typing import Any
 
 import psycopg
 
-from evidence_lib import engine
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import connect
-from evidence_lib.flows import route
-from evidence_lib.locks import LivenessTimeout
-from evidence_lib.messages import UnsupportedMessage, parse_task_message
-from evidence_lib.scenarios.common import QueueMode, define_ab, one, rows
-from evidence_lib.scenarios.rows import deadlock_count, message_facts
+from evidence_lib.engine import v1, v2
+from evidence_lib.engine.flows import QueueMode, route
+from evidence_lib.engine.messages import UnsupportedMessage, parse_task_message
+from evidence_lib.harness.ab_flow import define_ab
+from evidence_lib.harness.locks import LivenessTimeout
+from evidence_lib.pg.db import connect, one, rows
+from evidence_lib.scenarios.support.readback import deadlock_count, message_facts
 
 PROGRESS_POLL = 0.05  # seconds between two progress reads (liveness only)
 
@@ -65,7 +64,7 @@ def _worker(url: str, queues: list[str], stop: threading.Event, errors: list[str
         while not stop.is_set():
             idle = True
             for queue in queues:
-                for msg in engine.read_messages(conn, queue, 5, 1):
+                for msg in v1.read_messages(conn, queue, 5, 1):
                     idle = False
                     try:
                         task = parse_task_message(msg.message)

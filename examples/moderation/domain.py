@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from evidence_lib import engine
-from evidence_lib.db import Conn
+from evidence_lib.engine import v1
+from evidence_lib.pg.db import Conn
 
 SCHEMA = Path(__file__).with_name("schema.sql")
 WORDS = [
@@ -55,7 +55,7 @@ def submit_review(conn: Conn, flow_slug: str, thread_id: int) -> tuple[int, UUID
         ).fetchone()
         assert row is not None
         review_id = int(row[0])
-        run_id = engine.start_flow(conn, flow_slug, {"review_id": review_id, "thread_id": thread_id})
+        run_id = v1.start_flow(conn, flow_slug, {"review_id": review_id, "thread_id": thread_id})
         conn.execute("update moderation.reviews set run_id = %s where review_id = %s", (run_id, review_id))
     return review_id, run_id
 

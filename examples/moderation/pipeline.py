@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from evidence_lib.db import connect
-from evidence_lib.flows import Flow, StepQueuedFlow, with_step_queues
-from evidence_lib.jsontypes import Json
+from evidence_lib.engine.flows import Flow, StepQueuedFlow, with_step_queues
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.pg.db import connect
 from examples.moderation import domain
 
 Steps = Literal["fetch", "classify", "verdict"]

@@ -13,11 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from evidence_lib import db, engine, migrate
-from evidence_lib.db import connect
-from evidence_lib.flows import compile_flow
-from evidence_lib.worker import Worker
-from evidence_lib.worker_common import WorkerConfig
+from evidence_lib.engine import v1
+from evidence_lib.engine.flows import compile_flow
+from evidence_lib.pg import db, migrate
+from evidence_lib.pg.db import connect
+from evidence_lib.workers.config import WorkerConfig
+from evidence_lib.workers.v1 import Worker
 from examples.moderation import domain, pipeline
 
 POOLS = {"fetch": 3, "classify": 1, "verdict": 1}  # per-step concurrency in step-queue mode
@@ -103,7 +104,7 @@ def _maintain(url: str, stop: threading.Event, every: float = 0.5) -> None:
     """The application's own maintenance loop: the engine has no scheduler of its own."""
     with connect(url, application_name="moderation_maintenance") as conn:
         while not stop.wait(every):
-            engine.requeue_stalled_tasks(conn)
+            v1.requeue_stalled_tasks(conn)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,8 +5,8 @@ Each line whose comment starts with 'rejected' must be an error, and no other li
 
 from typing import Any
 
-from evidence_lib.flows import Flow, with_step_queues
-from evidence_lib.worker import Worker
+from evidence_lib.engine.flows import Flow, with_step_queues
+from evidence_lib.workers.v1 import Worker
 from examples.moderation.pipeline import Steps
 
 

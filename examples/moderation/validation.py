@@ -4,9 +4,6 @@ The notebook `08_moderation_validation` shows it; every gate reads the database 
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -15,16 +12,17 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from evidence_lib import PROJECT_ROOT, engine
-from evidence_lib.db import Server, connect
-from evidence_lib.flows import compile_flow
-from evidence_lib.report import ScenarioResult
-from evidence_lib.scenarios.common import one, rows, scenario_database, scenario_server
-from evidence_lib.timing import percentile
-from evidence_lib.worker import Worker
-from evidence_lib.worker_common import WorkerConfig
+from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.engine import v1
+from evidence_lib.engine.flows import compile_flow
+from evidence_lib.pg.db import Server, connect, one, rows
+from evidence_lib.scenarios.support.setup import scenario_database, scenario_server
+from evidence_lib.workers.config import WorkerConfig
+from evidence_lib.workers.timing import percentile
+from evidence_lib.workers.v1 import Worker
 from examples.moderation import domain, pipeline
 from examples.moderation.run import run_pipeline
+from examples.moderation.validation_review import audit, recommend, typing_check
 
 SCENARIO = "08_moderation_validation"
 HERE = Path(__file__).parent
@@ -50,9 +48,9 @@ def run(threads: int = 40, backlog: int = 120, database_url: str = "", hooks: st
                 experiment(server)
             except Exception as exc:
                 result.gate(f"experiment_{i + 1}_ran_to_the_end", False, f"{type(exc).__name__}: {exc}")
-    _typing(result)
-    _audit(result)
-    _recommend(result)
+    typing_check(result)
+    audit(result)
+    recommend(result)
     return result
 
 
@@ -144,7 +142,7 @@ def _crash(result: ScenarioResult, server: Server, hooks: str) -> None:
             time.monotonic() < deadline
             and one(conn, "select count(*) from moderation.reviews where status <> 'decided'") > 0
         ):
-            requeued += engine.requeue_stalled_tasks(conn)  # the application's maintenance loop
+            requeued += v1.requeue_stalled_tasks(conn)  # the application's maintenance loop
             stop.wait(0.2)
         for w in [survivor, *others]:
             w.request_shutdown()
@@ -285,163 +283,3 @@ def _starvation(result: ScenarioResult, server: Server, backlog: int, hooks: str
     ax.legend()
     fig.tight_layout()
     result.chart("starvation", fig)
-
-
-def _typing(result: ScenarioResult) -> None:
-    probe = HERE / "typing_probe.py"
-    expected = {i for i, line in enumerate(probe.read_text().splitlines(), 1) if "# rejected" in line}
-    checked = subprocess.run(  # from the project root, so that mypy reads the project's configuration
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--no-color-output",
-            "--strict",
-            "--no-error-summary",
-            str(probe.relative_to(PROJECT_ROOT)),
-        ],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    stdout = checked.stdout
-    found: dict[int, str] = {}
-    for line in stdout.splitlines():
-        m = re.match(r".*typing_probe\.py:(\d+): error: (.*)", line)
-        if m:
-            found[int(m.group(1))] = m.group(2)
-    lines = probe.read_text().splitlines()
-    result.table(
-        "type_checker",
-        [
-            {"line": i, "code": lines[i - 1].strip(), "mypy": found.get(i, "accepted")}
-            for i in range(1, len(lines) + 1)
-            if "Worker(" in lines[i - 1] or ".add(" in lines[i - 1]
-        ],
-    )
-    result.gate(
-        "typed step selector: mypy rejects exactly the wrong selectors",
-        set(found) == expected,
-        f"rejected lines {sorted(found)}, expected {sorted(expected)}"
-        + ("" if set(found) == expected else f"; mypy said: {stdout[-600:]} {checked.stderr[-300:]}"),
-    )
-
-
-def _audit(result: ScenarioResult) -> None:
-    sources = {p.name: p.read_text() for p in HERE.glob("*.py") if p.name != "validation.py"}
-    pgmq_refs = {name: len(re.findall(r"pgmq\.", text)) for name, text in sources.items()}
-    engine_calls = sorted({m for text in sources.values() for m in re.findall(r"engine\.(\w+)\(", text)})
-    result.table(
-        "code_audit",
-        [
-            {
-                "concern": "queue creation, send, read, visibility, archive",
-                "before": "hand-written pgmq.* calls",
-                "with the engine": f"none: {sum(pgmq_refs.values())} pgmq references in the application",
-            },
-            {
-                "concern": "retry with backoff",
-                "before": "own attempts column + scheduler",
-                "with the engine": "max_attempts / base_delay on the flow and step",
-            },
-            {
-                "concern": "fan-in of results between steps",
-                "before": "own join table",
-                "with the engine": "handler input {run, <dep>: output}",
-            },
-            {
-                "concern": "per-step capacity",
-                "before": "one shared worker loop",
-                "with the engine": "one Worker per step with its own WorkerConfig",
-            },
-            {
-                "concern": "domain claims and verdicts",
-                "before": "own tables",
-                "with the engine": "kept: moderation.reviews "
-                "with guarded transitions (a retried or recovered handler never moves a review twice)",
-            },
-            {
-                "concern": "stalled-task recovery",
-                "before": "own sweeper",
-                "with the engine": "kept: a maintenance loop "
-                "calling engine.requeue_stalled_tasks (the engine has no scheduler)",
-            },
-            {
-                "concern": "junk in a step queue",
-                "before": "dead-letter table",
-                "with the engine": "kept: needs an "
-                "operator; messages are left intact and re-read every visibility timeout",
-            },
-        ],
-    )
-    result.notes.append(f"engine calls the application makes directly: {', '.join(engine_calls)}")
-    result.gate(
-        "the application needs no direct PGMQ call",
-        sum(pgmq_refs.values()) == 0 or set(k for k, v in pgmq_refs.items() if v) <= {"validation.py"},
-        f"pgmq references per file: {pgmq_refs}",
-    )
-
-
-# (capability, status, blocks the private-step-queue release?)
-PARITY: list[tuple[str, str, bool]] = [
-    ("per-step worker pools, typed step selectors, coverage query", "present", False),
-    ("retry with backoff, start_delay, fan-in of step outputs", "present (v1)", False),
-    (
-        "v2 protocol for this pipeline",
-        "missing: v2 admits exactly A -> B; this 3-step pipeline runs on v1 "
-        "(the v2 envelope is a separate, bounded proof)",
-        False,
-    ),
-    (
-        "automatic stalled-task recovery",
-        "missing: requeue_stalled_tasks must be scheduled by the application "
-        "(documented in docs/queues.md; a supervised driver is later work)",
-        False,
-    ),
-    (
-        "quarantine for unknown messages",
-        "missing: they stay in the step queue and are re-read after every "
-        "visibility timeout; an operator removes them (by design: the engine never deletes what is "
-        "not its own)",
-        False,
-    ),
-    (
-        "handler-chosen retry delay",
-        "missing: backoff is base_delay * 2^(n-1) only (independent issue)",
-        False,
-    ),
-    ("shared or grouped queues", "missing by design (deferred until a concrete use case)", False),
-]
-
-
-def _recommend(result: ScenarioResult) -> None:
-    result.table("parity", [{"capability": c, "status": st, "blocks_release": b} for c, st, b in PARITY])
-    correctness = [g for g in result.gates if not g.name.startswith("independent capacity")]
-    capacity = [g for g in result.gates if g.name.startswith("independent capacity")]
-    blocking = [c for c, _, b in PARITY if b]
-    follow_ups = [c for c, st, b in PARITY if st.startswith("missing:") and not b]
-    if not all(g.passed for g in correctness):
-        decision, why = (
-            "stop",
-            "a correctness gate failed: " + ", ".join(g.name for g in correctness if not g.passed),
-        )
-    elif not capacity or not all(g.passed for g in capacity):
-        decision, why = "stop", "private step queues did not remove the starvation in this run"
-    elif blocking:
-        decision, why = (
-            "revise",
-            "correct and isolating, but these gaps block release: " + "; ".join(blocking),
-        )
-    else:
-        ratio = next(g.detail for g in capacity)
-        decision, why = (
-            "adopt",
-            (
-                f"every behaviour gate is green and the slow step no longer starves the fast ones "
-                f"({ratio}); the application keeps no queue code. Follow-ups that do not block "
-                f"the release: {'; '.join(follow_ups)}"
-            ),
-        )
-    result.notes.insert(0, f"RECOMMENDATION: {decision.upper()}. {why}")
-    result.table("recommendation", [{"recommendation": decision, "reasons": why}])

@@ -17,8 +17,8 @@ from pathlib import Path
 import psycopg
 
 from evidence_lib import MIGRATIONS_DIR, SQL_DIR
-from evidence_lib.db import Conn, connect
 from evidence_lib.errors import EvidenceError
+from evidence_lib.pg.db import Conn, connect
 
 DEFAULT_LOCK_TIMEOUT = "5s"
 PGMQ_COMMENT_PREFIX = "PGMQ SQL "

@@ -114,7 +114,7 @@ def _embedded_server(*, fast: bool) -> Iterator[Server]:
         [
             sys.executable,
             "-m",
-            "evidence_lib.reaper",
+            "evidence_lib.pg.reaper",
             str(POSTGRES_BIN_PATH / "pg_ctl"),
             str(pgdata),
             str(base),
@@ -200,3 +200,16 @@ def scratch_database(
 def database_name(url: str) -> str:
     """The database a connection string points at."""
     return str(conninfo.conninfo_to_dict(url).get("dbname") or "")
+
+
+def rows(conn: Conn, query: str, params: Any = None) -> list[dict[str, Any]]:
+    """The rows of `query` as dicts (for tables and checks)."""
+    cur = conn.execute(query.encode(), params)
+    names = [d.name for d in cur.description or []]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def one(conn: Conn, query: str, params: Any = None) -> Any:
+    """The first column of the first row of `query`, or None when it returns no row."""
+    row = conn.execute(query.encode(), params).fetchone()
+    return None if row is None else row[0]

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from psycopg import conninfo
 
-from evidence_lib import PROJECT_ROOT, db, migrate
-from evidence_lib.db import Server
+from evidence_lib import PROJECT_ROOT
+from evidence_lib.pg import db, migrate
+from evidence_lib.pg.db import Server
 
 PGTAP_DIR = PROJECT_ROOT / "tests" / "pgtap"
 INSTALL_HINT = (

@@ -21,8 +21,8 @@ from typing import Any
 
 import nbformat
 
-from evidence_lib import KERNEL_NAME, MIGRATIONS_DIR, OUTPUTS_DIR, PROJECT_ROOT, db, migrate, schema_sync
-from evidence_lib.bundle import (
+from evidence_lib import KERNEL_NAME, MIGRATIONS_DIR, OUTPUTS_DIR, PROJECT_ROOT
+from evidence_lib.bundle.writer import (
     NotebookRun,
     banner_markdown,
     package_versions,
@@ -31,6 +31,7 @@ from evidence_lib.bundle import (
     write_zip,
 )
 from evidence_lib.errors import EvidenceError
+from evidence_lib.pg import db, migrate, schema_sync
 
 NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
 SCENARIOS: dict[str, str] = {

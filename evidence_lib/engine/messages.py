@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Literal, cast
 from uuid import UUID
 
+from evidence_lib.engine.jsontypes import Json
 from evidence_lib.errors import EvidenceError
-from evidence_lib.jsontypes import Json
 
 Protocol = Literal["v1", "v2"]
 

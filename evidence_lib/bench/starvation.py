@@ -14,15 +14,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from evidence_lib import db, migrate
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Server, connect
-from evidence_lib.flows import AnyFlow, Flow, compile_flow, with_step_queues
-from evidence_lib.jsontypes import Json
-from evidence_lib.reconciler import Reconciler
-from evidence_lib.timing import percentile
-from evidence_lib.worker_common import WorkerConfig
-from evidence_lib.worker_v2 import V2Worker
+from evidence_lib.engine import v2
+from evidence_lib.engine.flows import AnyFlow, Flow, compile_flow, with_step_queues
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.pg import db, migrate
+from evidence_lib.pg.db import Server, connect
+from evidence_lib.workers.config import WorkerConfig
+from evidence_lib.workers.reconciler import Reconciler
+from evidence_lib.workers.timing import percentile
+from evidence_lib.workers.v2 import V2Worker
 
 PROGRESS_POLL = 0.1  # seconds between two progress reads while the probes drain (not an ordering)
 

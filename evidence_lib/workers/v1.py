@@ -16,12 +16,12 @@ from typing import Any, overload
 
 import psycopg
 
-from evidence_lib import engine
-from evidence_lib.flows import AnyFlow, Flow, S, StepQueuedFlow
-from evidence_lib.jsontypes import Json
-from evidence_lib.messages import UnsupportedMessage, parse_task_message
-from evidence_lib.worker_base import WorkerBase
-from evidence_lib.worker_common import (
+from evidence_lib.engine import v1
+from evidence_lib.engine.flows import AnyFlow, Flow, S, StepQueuedFlow
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.engine.messages import UnsupportedMessage, parse_task_message
+from evidence_lib.workers.base import WorkerBase
+from evidence_lib.workers.config import (
     HandlerError,
     ReportRejected,
     ShutdownRequested,
@@ -99,10 +99,10 @@ class Worker(WorkerBase):
         try:
             with self.pool.connection() as conn:
                 with self.timed("pgmq.read"):
-                    messages = engine.read_messages(conn, self.queue, self.config.visibility_timeout, free)
+                    messages = v1.read_messages(conn, self.queue, self.config.visibility_timeout, free)
                 ids = self._ours(messages)
                 with self.timed("start_tasks"):
-                    grants = engine.start_tasks(conn, self.queue, ids) if ids else []
+                    grants = v1.start_tasks(conn, self.queue, ids) if ids else []
         except psycopg.OperationalError as exc:
             self._error(TransportError(f"reading {self.queue}: {exc}"))
             return 0
@@ -125,7 +125,7 @@ class Worker(WorkerBase):
             wait(futures)
         return len(messages)
 
-    def _ours(self, messages: list[engine.QueueMessage]) -> list[int]:
+    def _ours(self, messages: list[v1.QueueMessage]) -> list[int]:
         ids: list[int] = []
         for m in messages:
             try:
@@ -147,7 +147,7 @@ class Worker(WorkerBase):
             ids.append(m.msg_id)
         return ids
 
-    def _execute(self, grant: engine.TaskGrant) -> None:
+    def _execute(self, grant: v1.TaskGrant) -> None:
         step = self.flow.step_def(grant.step_slug)
         try:
             result: Json = ensure_json(step.handler(grant.input))
@@ -158,7 +158,7 @@ class Worker(WorkerBase):
         else:
             self._report(grant, output=result)
 
-    def _report(self, grant: engine.TaskGrant, *, output: Json = None, error: str | None = None) -> None:
+    def _report(self, grant: v1.TaskGrant, *, output: Json = None, error: str | None = None) -> None:
         """Report once per attempt; transport errors retry the same report on a new connection."""
         what = "failure" if error is not None else "result"
         for attempt in range(1, self.config.report_attempts + 1):
@@ -174,11 +174,11 @@ class Worker(WorkerBase):
             try:
                 with self.pool.connection() as conn:
                     if error is not None:
-                        engine.fail_task(conn, grant.run_id, grant.step_slug, grant.task_index, error)
+                        v1.fail_task(conn, grant.run_id, grant.step_slug, grant.task_index, error)
                         self.stats.failed += 1
                     else:
                         with self.timed("complete_task"):
-                            engine.complete_task(conn, grant.run_id, grant.step_slug, grant.task_index, output)
+                            v1.complete_task(conn, grant.run_id, grant.step_slug, grant.task_index, output)
                         self.stats.completed += 1
                 return
             except psycopg.OperationalError as exc:

@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
-from evidence_lib.db import Conn
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.engine.queues import flow_queue_name, step_queue_name
 from evidence_lib.errors import EvidenceError
-from evidence_lib.jsontypes import Json
-from evidence_lib.queues import flow_queue_name, step_queue_name
+from evidence_lib.pg.db import Conn
 
 S = TypeVar("S", bound=str)
 Handler = Callable[[Json], Json]

@@ -17,13 +17,13 @@ from typing import Any
 
 import psutil
 
-from evidence_lib.timing import CallTimes
+from evidence_lib.workers.timing import CallTimes
 
 Spec = tuple[str, dict[str, Any]]  # (kind, options)
 
 
 def _raw_loop(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
-    from evidence_lib.db import connect
+    from evidence_lib.pg.db import connect
 
     queue = opts["queue"]
     with connect(url, application_name="perf_raw") as conn:
@@ -38,11 +38,11 @@ def _raw_loop(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> No
 
 
 def _producer(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
-    from evidence_lib import engine, engine_v2
-    from evidence_lib.db import connect
+    from evidence_lib.engine import v1, v2
+    from evidence_lib.pg.db import connect
 
     slug, limit = opts["slug"], opts["in_flight"]
-    start = engine_v2.start_run if opts["protocol"] == "v2" else engine.start_flow
+    start = v2.start_run if opts["protocol"] == "v2" else v1.start_flow
     name = "v2_start_run" if opts["protocol"] == "v2" else "start_flow"
     with connect(url, application_name="perf_producer") as conn:
         while not stop.is_set():
@@ -58,10 +58,10 @@ def _producer(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> No
 
 
 def _worker(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
-    from evidence_lib.scenarios.common import ab_flow
-    from evidence_lib.worker import Worker
-    from evidence_lib.worker_common import WorkerConfig
-    from evidence_lib.worker_v2 import V2Worker
+    from evidence_lib.harness.ab_flow import ab_flow
+    from evidence_lib.workers.config import WorkerConfig
+    from evidence_lib.workers.v1 import Worker
+    from evidence_lib.workers.v2 import V2Worker
 
     flow = ab_flow(opts["slug"], opts["mode"])
     cls = V2Worker if opts["protocol"] == "v2" else Worker
@@ -79,7 +79,7 @@ def _worker(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None
 
 
 def _reconciler(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
-    from evidence_lib.reconciler import Reconciler
+    from evidence_lib.workers.reconciler import Reconciler
 
     driver = Reconciler(url, poll_interval=opts.get("poll_interval", 0.01), name=opts["name"])
     driver.timings = times
@@ -118,8 +118,8 @@ def _main(kind: str, url: str, opts: dict[str, Any], stop: Any, reset: Any, read
 
 def _warm(kind: str) -> None:
     """Import what the participant needs before reporting that it is up."""
-    from evidence_lib import reconciler, worker, worker_v2  # noqa: F401
-    from evidence_lib.scenarios import common  # noqa: F401
+    from evidence_lib.harness import ab_flow  # noqa: F401
+    from evidence_lib.workers import reconciler, v1, v2  # noqa: F401
 
 
 def _resetter(reset: Any, times: CallTimes) -> None:

@@ -14,9 +14,9 @@ from typing import Any, Self
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from evidence_lib.flows import AnyFlow
-from evidence_lib.timing import CallTimes, maybe_timed
-from evidence_lib.worker_common import SafeLog, WorkerConfig, resolve_queue
+from evidence_lib.engine.flows import AnyFlow
+from evidence_lib.workers.config import SafeLog, WorkerConfig, resolve_queue
+from evidence_lib.workers.timing import CallTimes, maybe_timed
 
 
 class WorkerBase:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from evidence_lib.db import Conn, connect
-from evidence_lib.flows import AnyFlow, route
-from evidence_lib.scenarios.common import one
+from evidence_lib.engine.flows import AnyFlow, route
+from evidence_lib.pg.db import Conn, connect, one
 
 RUN_STATE = """
 select r.status as run,

@@ -9,10 +9,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from evidence_lib.engine.flows import AnyFlow, StepQueuedFlow, route
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.engine.queues import flow_queue_name
 from evidence_lib.errors import EvidenceError
-from evidence_lib.flows import AnyFlow, StepQueuedFlow, route
-from evidence_lib.jsontypes import Json
-from evidence_lib.queues import flow_queue_name
 
 
 class WorkerError(EvidenceError):

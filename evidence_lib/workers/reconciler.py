@@ -17,10 +17,10 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import class_row
 
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn, ServerUnavailable, connect
-from evidence_lib.timing import CallTimes, maybe_timed
-from evidence_lib.worker_common import SafeLog
+from evidence_lib.engine import v2
+from evidence_lib.pg.db import Conn, ServerUnavailable, connect
+from evidence_lib.workers.config import SafeLog
+from evidence_lib.workers.timing import CallTimes, maybe_timed
 
 DUE = """
   from engine.run_work

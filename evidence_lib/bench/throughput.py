@@ -17,11 +17,11 @@ from typing import Any
 
 import psutil
 
-from evidence_lib.db import Server, connect
-from evidence_lib.flows import compile_flow
-from evidence_lib.perf_procs import Spec, run_case
-from evidence_lib.scenarios.common import QueueMode, ab_flow, one
-from evidence_lib.timing import CallTimes
+from evidence_lib.bench.participants import Spec, run_case
+from evidence_lib.engine.flows import QueueMode, compile_flow
+from evidence_lib.harness.ab_flow import ab_flow
+from evidence_lib.pg.db import Server, connect, one
+from evidence_lib.workers.timing import CallTimes
 
 BACKLOG_PER_WORKER = 32  # runs the producer keeps in flight per worker (the pipeline has reconcile latency)
 

@@ -23,9 +23,9 @@ from typing import Any
 
 from psycopg import conninfo
 
-from evidence_lib.db import Conn
+from evidence_lib.harness.locks import LivenessTimeout, LockWait, dump, waits
 from evidence_lib.harness.sessions import HOOK_KEY_SPACE
-from evidence_lib.locks import LivenessTimeout, LockWait, dump, waits
+from evidence_lib.pg.db import Conn
 
 
 @dataclass

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidence_lib import MIGRATIONS_DIR, SQL_DIR
-from evidence_lib.db import Conn, Server, connect, scratch_database
-from evidence_lib.migrate import apply_migrations, apply_schema_sources
+from evidence_lib.pg.db import Conn, Server, connect, scratch_database
+from evidence_lib.pg.migrate import apply_migrations, apply_schema_sources
 
 CATALOG_QUERIES: dict[str, str] = {
     "relation": """

@@ -14,8 +14,8 @@ from uuid import UUID
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from evidence_lib.db import Conn
-from evidence_lib.jsontypes import Json
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.pg.db import Conn
 
 Outcome = Literal["completed", "failed"]
 Verdict = Literal["accepted", "replayed", "conflict", "stale", "terminal"]

@@ -6,8 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from evidence_lib import db, migrate, pgtap, schema_sync
 from evidence_lib.errors import EvidenceError
+from evidence_lib.pg import db, migrate, pgtap, schema_sync
 
 
 def _server_args(p: argparse.ArgumentParser) -> None:
@@ -65,7 +65,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_evidence(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from evidence_lib.evidence_runner import parse_parameters, run_evidence
+    from evidence_lib.bundle.runner import parse_parameters, run_evidence
 
     params = parse_parameters(args.param)
     if args.repeat is not None:

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from evidence_lib.db import Conn
 from evidence_lib.errors import EvidenceError
+from evidence_lib.pg.db import Conn
 
 POLL_INTERVAL = 0.002  # seconds between two looks at pg_locks
 

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from evidence_lib.db import Conn
+from evidence_lib.pg.db import Conn
 
 TABLES_QUERY = """
 select n.nspname, c.relname

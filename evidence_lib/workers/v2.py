@@ -28,14 +28,13 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from evidence_lib import engine
-from evidence_lib import engine_v2 as v2
-from evidence_lib.db import Conn
-from evidence_lib.flows import AnyFlow, Flow, S, StepQueuedFlow
-from evidence_lib.jsontypes import Json
-from evidence_lib.messages import UnsupportedMessage, parse_task_message
-from evidence_lib.worker_base import WorkerBase
-from evidence_lib.worker_common import (
+from evidence_lib.engine import v1, v2
+from evidence_lib.engine.flows import AnyFlow, Flow, S, StepQueuedFlow
+from evidence_lib.engine.jsontypes import Json
+from evidence_lib.engine.messages import UnsupportedMessage, parse_task_message
+from evidence_lib.pg.db import Conn
+from evidence_lib.workers.base import WorkerBase
+from evidence_lib.workers.config import (
     DeadlineExceeded,
     HandlerError,
     ReportRejected,
@@ -179,7 +178,7 @@ class V2Worker(WorkerBase):
         with self.pool.connection() as conn:
             for _ in range(free):
                 with self.timed("pgmq.read"):
-                    messages = engine.read_messages(conn, self.queue, self.config.visibility_timeout, 1)
+                    messages = v1.read_messages(conn, self.queue, self.config.visibility_timeout, 1)
                 if not messages:
                     break
                 read += 1
@@ -191,7 +190,7 @@ class V2Worker(WorkerBase):
             wait(futures)
         return read
 
-    def _claim(self, conn: Conn, message: engine.QueueMessage) -> v2.Grant | None:
+    def _claim(self, conn: Conn, message: v1.QueueMessage) -> v2.Grant | None:
         mid = message.msg_id
         try:
             task = parse_task_message(message.message)

@@ -1,0 +1,2 @@
+"""Measurements, never assertions: throughput runs (`throughput`) whose participants are separate
+processes (`participants`), and the starvation experiment (`starvation`)."""

@@ -1,0 +1,52 @@
+"""Waits that let real time pass (a lease, a backoff): each has a deadline of seconds and orders
+nothing between sessions (orderings are forced by locks, see `sessions`)."""
+
+from __future__ import annotations
+
+import time
+from uuid import UUID
+
+from evidence_lib.errors import EvidenceError
+from evidence_lib.pg.db import Conn, one
+
+
+class WaitTimeout(EvidenceError):
+    """What a wait waited for did not happen before its deadline."""
+
+
+def wait_for_lease_expiry(conn: Conn, claim_id: UUID, timeout: float = 30.0) -> None:
+    """Return once the server clock is past the claim's lease horizon (a lease must really
+    expire; this wait lets it, it orders nothing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        row = conn.execute(
+            "select clock_timestamp() > lease_expires_at, "
+            "extract(epoch from lease_expires_at - clock_timestamp()) "
+            "from engine.task_claims where claim_id = %s",
+            (claim_id,),
+        ).fetchone()
+        if row is None:
+            raise EvidenceError(f"unknown claim {claim_id}")
+        if row[0]:
+            return
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"lease of claim {claim_id} did not expire within {timeout}s")
+        time.sleep(min(max(float(row[1]), 0.0) + 0.01, 0.5))  # lets the lease expire
+
+
+def wait_for_backoff(conn: Conn, run_id: UUID, timeout: float = 90.0) -> None:
+    """Return once the server clock is past the run's next_attempt_at (a backoff must really
+    pass before the next attempt counts; this wait lets it, it orders nothing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = one(
+            conn,
+            "select extract(epoch from next_attempt_at - clock_timestamp())::float8 "
+            "from engine.run_work where run_id = %s",
+            (run_id,),
+        )
+        if left is None or left < 0:
+            return
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"backoff of run {run_id} did not pass within {timeout}s")
+        time.sleep(min(float(left) + 0.01, 1.0))  # lets the backoff pass
