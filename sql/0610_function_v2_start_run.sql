@@ -14,7 +14,7 @@ language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_limits jsonb := engine.v2_limits();
+  v_limits engine.v2_envelope := engine._v2_envelope();
   v_now timestamptz := pg_catalog.clock_timestamp();
   v_run_id uuid := pg_catalog.gen_random_uuid();
   v_steps integer;
@@ -32,9 +32,9 @@ begin
 
   -- the whole envelope, before anything is written
   select pg_catalog.count(*) into v_steps from engine.steps as s where s.flow_slug = v2_start_run.flow_slug;
-  if v_steps <> (v_limits ->> 'steps')::integer then
+  if v_steps <> v_limits.steps then
     raise exception 'flow % has % step(s); a v2 flow has exactly % (A -> B)',
-      v2_start_run.flow_slug, v_steps, v_limits ->> 'steps'
+      v2_start_run.flow_slug, v_steps, v_limits.steps
       using errcode = 'DR001';
   end if;
   select s.step_slug, s.queue_name, coalesce(s.max_attempts, f.max_attempts) as max_attempts,
@@ -54,29 +54,29 @@ begin
       v2_start_run.flow_slug
       using errcode = 'DR001';
   end if;
-  if v_a.max_attempts <> (v_limits ->> 'max_attempts')::integer
-     or v_b.max_attempts <> (v_limits ->> 'max_attempts')::integer then
+  if v_a.max_attempts <> v_limits.max_attempts
+     or v_b.max_attempts <> v_limits.max_attempts then
     raise exception 'flow %: effective max_attempts must be % (%: %, %: %)', v2_start_run.flow_slug,
-      v_limits ->> 'max_attempts', v_a.step_slug, v_a.max_attempts, v_b.step_slug, v_b.max_attempts
+      v_limits.max_attempts, v_a.step_slug, v_a.max_attempts, v_b.step_slug, v_b.max_attempts
       using errcode = 'DR001';
   end if;
-  if least(v_a.timeout, v_b.timeout) < (v_limits ->> 'timeout_min_seconds')::integer
-     or greatest(v_a.timeout, v_b.timeout) > (v_limits ->> 'timeout_max_seconds')::integer then
+  if least(v_a.timeout, v_b.timeout) < v_limits.timeout_min_seconds
+     or greatest(v_a.timeout, v_b.timeout) > v_limits.timeout_max_seconds then
     raise exception 'flow %: effective timeout must be within % .. % s (%: %, %: %)',
-      v2_start_run.flow_slug, v_limits ->> 'timeout_min_seconds', v_limits ->> 'timeout_max_seconds',
+      v2_start_run.flow_slug, v_limits.timeout_min_seconds, v_limits.timeout_max_seconds,
       v_a.step_slug, v_a.timeout, v_b.step_slug, v_b.timeout
       using errcode = 'DR001';
   end if;
-  if v_a.start_delay <> (v_limits ->> 'start_delay_a_seconds')::integer then
+  if v_a.start_delay <> v_limits.start_delay_a_seconds then
     raise exception 'flow %: root step % must have start_delay %, not %', v2_start_run.flow_slug,
-      v_a.step_slug, v_limits ->> 'start_delay_a_seconds', v_a.start_delay
+      v_a.step_slug, v_limits.start_delay_a_seconds, v_a.start_delay
       using errcode = 'DR001';
   end if;
-  if v_b.start_delay not between (v_limits ->> 'start_delay_b_min_seconds')::integer
-                             and (v_limits ->> 'start_delay_b_max_seconds')::integer then
+  if v_b.start_delay not between v_limits.start_delay_b_min_seconds
+                             and v_limits.start_delay_b_max_seconds then
     raise exception 'flow %: step % start_delay % is outside % .. % s', v2_start_run.flow_slug,
-      v_b.step_slug, v_b.start_delay, v_limits ->> 'start_delay_b_min_seconds',
-      v_limits ->> 'start_delay_b_max_seconds'
+      v_b.step_slug, v_b.start_delay, v_limits.start_delay_b_min_seconds,
+      v_limits.start_delay_b_max_seconds
       using errcode = 'DR001';
   end if;
   if v2_start_run.input is null then
@@ -84,9 +84,9 @@ begin
       using errcode = 'DR009', hint = 'Pass ''null''::jsonb for a JSON null input.';
   end if;
   v_bytes := pg_catalog.octet_length(v2_start_run.input::text);
-  if v_bytes > (v_limits ->> 'input_max_bytes')::integer then
+  if v_bytes > v_limits.input_max_bytes then
     raise exception 'flow %: run input has % bytes, more than %', v2_start_run.flow_slug, v_bytes,
-      v_limits ->> 'input_max_bytes'
+      v_limits.input_max_bytes
       using errcode = 'DR002';
   end if;
 

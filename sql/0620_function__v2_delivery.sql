@@ -19,7 +19,7 @@ declare
 begin
   if _v2_delivery.message_ids is null
      or pg_catalog.array_ndims(_v2_delivery.message_ids) is distinct from 1
-     or pg_catalog.cardinality(_v2_delivery.message_ids) <> (engine.v2_limits() ->> 'message_ids_per_call')::integer
+     or pg_catalog.cardinality(_v2_delivery.message_ids) <> (engine._v2_envelope()).message_ids_per_call
      or pg_catalog.array_position(_v2_delivery.message_ids, null) is not null then
     raise exception 'run %, step %: message_ids % is not exactly one message id',
       _v2_delivery.run_id, _v2_delivery.step_slug,

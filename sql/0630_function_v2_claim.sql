@@ -19,7 +19,7 @@ language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_limits jsonb := engine.v2_limits();
+  v_limits engine.v2_envelope := engine._v2_envelope();
   v_message_id bigint;
   v_now timestamptz;
   v_run engine.runs;
@@ -79,7 +79,7 @@ begin
   -- one instant for claimed_at, the lease horizon and the message's vt
   v_now := pg_catalog.clock_timestamp();
   v_lease := v_now + pg_catalog.make_interval(
-    secs => v_timeout + (v_limits ->> 'lease_grace_seconds')::integer);
+    secs => v_timeout + v_limits.lease_grace_seconds);
 
   -- the guarded update decides the winner; only its returned row is granted
   update engine.step_tasks as t

@@ -19,7 +19,7 @@ language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_limits jsonb := engine.v2_limits();
+  v_limits engine.v2_envelope := engine._v2_envelope();
   v_now timestamptz;
   v_run engine.runs;
   v_work engine.run_work;
@@ -63,19 +63,19 @@ begin
       using errcode = 'DR007';
   end if;
 
-  if v_task.infrastructure_losses >= (v_limits ->> 'takeovers_per_task')::integer then
+  if v_task.infrastructure_losses >= v_limits.takeovers_per_task then
     update engine.run_work as w
        set health = 'attention',
            attention_reason = pg_catalog.format(
              'step %s lost its claim %s (lease expired %s) after using its %s controlled takeover(s)',
              v2_take_over.step_slug, v_old.claim_id, v_old.lease_expires_at,
-             v_limits ->> 'takeovers_per_task')
+             v_limits.takeovers_per_task)
      where w.run_id = v2_take_over.run_id;
     return;
   end if;
 
   v_lease := v_now + pg_catalog.make_interval(
-    secs => v_old.timeout + (v_limits ->> 'lease_grace_seconds')::integer);
+    secs => v_old.timeout + v_limits.lease_grace_seconds);
   -- replaced_by is checked at commit (deferred), so the old claim is revoked first and the
   -- new one is inserted after it: there is never a moment with two current claims
   update engine.task_claims as c

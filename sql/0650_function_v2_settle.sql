@@ -21,7 +21,7 @@ language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_limits jsonb := engine.v2_limits();
+  v_limits engine.v2_envelope := engine._v2_envelope();
   v_now timestamptz;
   v_bytes integer;
   v_run_id uuid;
@@ -41,9 +41,9 @@ begin
       using errcode = 'DR009', hint = 'Pass ''null''::jsonb for a JSON null result.';
   end if;
   v_bytes := pg_catalog.octet_length(v2_settle.result::text);
-  if v_bytes > (v_limits ->> 'result_max_bytes')::integer then
+  if v_bytes > v_limits.result_max_bytes then
     raise exception 'claim %: result has % bytes, more than %', v2_settle.claim_id, v_bytes,
-      v_limits ->> 'result_max_bytes'
+      v_limits.result_max_bytes
       using errcode = 'DR002';
   end if;
   select c.run_id into v_run_id from engine.task_claims as c where c.claim_id = v2_settle.claim_id;

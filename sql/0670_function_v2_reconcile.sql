@@ -20,7 +20,7 @@ language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_limits jsonb := engine.v2_limits();
+  v_limits engine.v2_envelope := engine._v2_envelope();
   v_now timestamptz := pg_catalog.clock_timestamp();
   v_run engine.runs;
   v_work engine.run_work;
@@ -35,11 +35,11 @@ declare
   v_errors integer;
 begin
   if v2_reconcile.max_actions is null
-     or v2_reconcile.max_actions not between (v_limits ->> 'reconcile_actions_min')::integer
-                                     and (v_limits ->> 'reconcile_actions_max')::integer then
+     or v2_reconcile.max_actions not between v_limits.reconcile_actions_min
+                                     and v_limits.reconcile_actions_max then
     raise exception 'run %: max_actions % is outside % .. %', v2_reconcile.run_id,
       pg_catalog.quote_nullable(v2_reconcile.max_actions::text),
-      v_limits ->> 'reconcile_actions_min', v_limits ->> 'reconcile_actions_max'
+      v_limits.reconcile_actions_min, v_limits.reconcile_actions_max
       using errcode = 'DR008';
   end if;
   -- the run is locked at once; an unknown or v1 run is refused before anything is written
@@ -124,13 +124,13 @@ begin
             v_context, v_now);
     update engine.run_work as w
        set consecutive_errors = v_errors,
-           health = case when v_errors >= (v_limits ->> 'errors_before_attention')::integer
+           health = case when v_errors >= v_limits.errors_before_attention
                          then 'attention' else 'backoff' end,
            next_attempt_at = v_now + pg_catalog.make_interval(secs => least(
-             (v_limits ->> 'backoff_base_seconds')::integer * pg_catalog.power(2, v_errors - 1),
-             (v_limits ->> 'backoff_cap_seconds')::integer)),
+             v_limits.backoff_base_seconds * pg_catalog.power(2, v_errors - 1),
+             v_limits.backoff_cap_seconds)),
            attention_reason = case
-             when v_errors >= (v_limits ->> 'errors_before_attention')::integer
+             when v_errors >= v_limits.errors_before_attention
              then pg_catalog.format('%s consecutive engine errors; last: %s [%s] %s', v_errors,
                                     v_action, v_sqlstate, v_message) end
      where w.run_id = v2_reconcile.run_id

@@ -126,21 +126,3 @@ def test_unknown_flow_and_null_input(conn: Conn) -> None:
     assert_refused(conn, "select engine.v2_start_run('nope', '{}')", None, SqlState.UNKNOWN_OBJECT, "nope")
     define_ab(conn, "ab")
     assert_refused(conn, "select engine.v2_start_run('ab', null)", None, SqlState.BAD_OUTCOME_OR_RESULT, "ab")
-
-
-def test_limits_object(conn: Conn) -> None:
-    limits = v2.limits(conn)
-    assert (
-        limits["steps"],
-        limits["max_attempts"],
-        limits["timeout_max_seconds"],
-        limits["input_max_bytes"],
-        limits["result_max_bytes"],
-        limits["message_ids_per_call"],
-        limits["takeovers_per_task"],
-        limits["reconcile_actions_default"],
-        limits["reconcile_actions_max"],
-        limits["errors_before_attention"],
-        limits["backoff_cap_seconds"],
-        limits["worker_settlement_attempts"],
-    ) == (2, 1, 900, 65536, 262144, 1, 1, 8, 64, 3, 60, 3)

@@ -59,13 +59,6 @@ class Report:
     run_status: str
 
 
-def limits(conn: Conn) -> dict[str, Any]:
-    row = conn.execute("select engine.v2_limits()").fetchone()
-    assert row is not None
-    value: dict[str, Any] = row[0]
-    return value
-
-
 def start_run(conn: Conn, flow_slug: str, input: Json) -> UUID:
     row = conn.execute("select engine.v2_start_run(%s, %s)", (flow_slug, Jsonb(input))).fetchone()
     assert row is not None

@@ -31,6 +31,7 @@ from psycopg import sql
 from evidence_lib.engine import v1, v2
 from evidence_lib.engine.flows import AnyFlow, Flow, S, StepQueuedFlow
 from evidence_lib.engine.jsontypes import Json
+from evidence_lib.engine.limits import read_limits
 from evidence_lib.engine.messages import UnsupportedMessage, parse_task_message
 from evidence_lib.pg.db import Conn
 from evidence_lib.workers.base import WorkerBase
@@ -153,7 +154,7 @@ class V2Worker(WorkerBase):
         super().__enter__()
         try:
             with self.pool.connection() as conn:
-                self.settlement_attempts = int(v2.limits(conn)["worker_settlement_attempts"])
+                self.settlement_attempts = read_limits(conn).worker_settlement_attempts
         except psycopg.errors.InsufficientPrivilege:
             self.log(
                 logging.INFO,
