@@ -18,16 +18,7 @@ declare
   v_max_attempts integer;
   v_base_delay integer;
 begin
-  select r.* into v_run from engine.runs as r where r.run_id = fail_task.run_id;
-  if not found then
-    raise exception 'unknown run %', fail_task.run_id using errcode = 'DR014';
-  end if;
-  if v_run.protocol <> 'v1' then
-    raise exception 'run % is a % run: fail_task is a v1 writer and refuses it', fail_task.run_id,
-      v_run.protocol
-      using errcode = 'DR010', hint = 'A v2 task is settled with engine.v2_settle(claim_id, ...).';
-  end if;
-  select r.* into strict v_run from engine.runs as r where r.run_id = fail_task.run_id for update;
+  v_run := engine._v1_report_run(fail_task.run_id, 'fail_task');
 
   perform
     from engine.step_states as ss
@@ -35,16 +26,7 @@ begin
    order by ss.step_slug
      for update;
 
-  select t.* into v_task
-    from engine.step_tasks as t
-   where t.run_id = fail_task.run_id and t.step_slug = fail_task.step_slug
-     and t.task_index = fail_task.task_index
-     for update;
-  if not found then
-    raise exception 'run %: unknown task %[%]', fail_task.run_id, fail_task.step_slug,
-      fail_task.task_index
-      using errcode = 'DR014';
-  end if;
+  v_task := engine._v1_report_task(fail_task.run_id, fail_task.step_slug, fail_task.task_index);
   if v_run.status <> 'started' or v_task.status <> 'started' then
     return v_task;
   end if;

@@ -68,8 +68,18 @@ def test_add_step_to_unknown_flow(conn: Conn) -> None:
         ("b", ["a", "a"], SqlState.UNSUPPORTED_DEFINITION, "b"),
         ("b", ["a", None], SqlState.UNSUPPORTED_DEFINITION, "b"),
     ],
+    ids=[
+        "an_invalid_slug_is_dr001",
+        "the_reserved_slug_run_is_dr001",
+        "an_unknown_dependency_is_dr014",
+        "a_step_depending_on_itself_is_dr001",
+        "a_duplicated_dependency_is_dr001",
+        "a_null_dependency_is_dr001",
+    ],
 )
-def test_add_step_validation(conn: Conn, step: str, deps: list[str | None], sqlstate: str, named: str) -> None:
+def test_add_step_refuses_a_bad_step_and_writes_nothing(
+    conn: Conn, step: str, deps: list[str | None], sqlstate: str, named: str
+) -> None:
     define(conn, "orders", [("a", [])])
     assert_refused(conn, "select engine.add_step('orders', %s, %s)", (step, deps), sqlstate, named)
 

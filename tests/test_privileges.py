@@ -8,10 +8,9 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from evidence_lib.engine.roles import may_execute
 from evidence_lib.pg.db import Conn, connect
 from tests.helpers import define, scalar
-
-WORKER_FUNCTIONS = {"start_tasks", "complete_task", "fail_task", "v2_claim", "v2_settle"}
 
 
 def test_public_has_no_execute_and_no_schema_usage(conn: Conn) -> None:
@@ -67,9 +66,4 @@ def test_operator_role_executes_everything_but_worker_functions(conn: Conn) -> N
         "from pg_proc p where p.pronamespace = 'engine'::regnamespace"
     ).fetchall()
     for name, operator, worker in rows:
-        if name.startswith("_"):
-            assert not operator and not worker, name
-        elif name in WORKER_FUNCTIONS:
-            assert worker and not operator, name
-        else:
-            assert operator and not worker, name
+        assert (operator, worker) == (may_execute("engine_operator", name), may_execute("engine_worker", name)), name

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from uuid import UUID
 
+import pytest
+
 from evidence_lib.engine import v1
 from evidence_lib.engine.sqlstates import SqlState
 from evidence_lib.harness.locks import wait_until_blocked
@@ -42,8 +44,11 @@ def test_start_flow_queues_roots_only(conn: Conn) -> None:
     assert task(conn, run_id, "a")["message_id"] == msg["msg_id"]
 
 
-def test_start_flow_refusals(conn: Conn) -> None:
+def test_start_flow_of_an_unknown_flow_is_refused_with_dr014(conn: Conn) -> None:
     assert_refused(conn, "select engine.start_flow('nope', '{}')", None, SqlState.UNKNOWN_OBJECT, "nope")
+
+
+def test_start_flow_with_sql_null_input_is_refused_with_dr009(conn: Conn) -> None:
     define(conn, "shop", [("a", [])])
     assert_refused(conn, "select engine.start_flow('shop', null)", None, SqlState.BAD_OUTCOME_OR_RESULT, "shop")
 
@@ -131,13 +136,24 @@ def test_complete_task_cascades_and_archives(conn: Conn) -> None:
     assert len(archived_messages(conn, "shop")) == 4
 
 
-def test_complete_task_refusals_and_late_reports(conn: Conn) -> None:
+@pytest.mark.parametrize(
+    ("call", "sqlstate", "named"),
+    [
+        ("select engine.complete_task(gen_random_uuid(), 'a', 0, '1')", SqlState.UNKNOWN_OBJECT, ""),
+        ("select engine.complete_task(%(run)s, 'zz', 0, '1')", SqlState.UNKNOWN_OBJECT, "zz"),
+        ("select engine.complete_task(%(run)s, 'a', 0, null)", SqlState.BAD_OUTCOME_OR_RESULT, ""),
+    ],
+    ids=["an_unknown_run_is_dr014", "an_unknown_step_is_dr014", "an_sql_null_output_is_dr009"],
+)
+def test_a_bad_complete_task_is_refused(conn: Conn, call: str, sqlstate: SqlState, named: str) -> None:
     define(conn, "shop", [("a", [])])
     run_id = v1.start_flow(conn, "shop", {})
-    assert_refused(conn, "select engine.complete_task(gen_random_uuid(), 'a', 0, '1')", None, SqlState.UNKNOWN_OBJECT)
-    assert_refused(conn, "select engine.complete_task(%s, 'zz', 0, '1')", (run_id,), SqlState.UNKNOWN_OBJECT, "zz")
-    assert_refused(conn, "select engine.complete_task(%s, 'a', 0, null)", (run_id,), SqlState.BAD_OUTCOME_OR_RESULT)
-    # a task that is not started is returned unchanged
+    assert_refused(conn, call, {"run": run_id}, sqlstate, *([named] if named else []))
+
+
+def test_a_late_report_for_a_task_that_is_not_started_changes_nothing(conn: Conn) -> None:
+    define(conn, "shop", [("a", [])])
+    run_id = v1.start_flow(conn, "shop", {})
     assert v1.complete_task(conn, run_id, "a", 0, 1) == "queued"
 
 

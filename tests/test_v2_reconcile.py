@@ -26,11 +26,19 @@ def _settled_a(conn: Conn, mode: str = "flow", slug: str = "ab") -> v2.Grant:
     return grant
 
 
-def test_refusals(conn: Conn) -> None:
+@pytest.mark.parametrize("max_actions", [0, 65, None])
+def test_max_actions_outside_1_to_64_is_refused_with_dr008(conn: Conn, max_actions: int | None) -> None:
     s = start(conn)
-    for bad in (0, 65, None):
-        assert_refused(conn, RECONCILE, (s.run_id, bad), SqlState.ARGUMENT_OUT_OF_RANGE, str(s.run_id))
+    assert_refused(conn, RECONCILE, (s.run_id, max_actions), SqlState.ARGUMENT_OUT_OF_RANGE, str(s.run_id))
+
+
+def test_an_unknown_run_is_refused_with_dr014(conn: Conn) -> None:
+    start(conn)
     assert_refused(conn, RECONCILE, ("00000000-0000-0000-0000-000000000000", 8), SqlState.UNKNOWN_OBJECT)
+
+
+def test_a_v1_run_is_refused_with_dr015(conn: Conn) -> None:
+    start(conn)
     v1_run = scalar(conn, "select engine.start_flow('ab', '{}')")
     assert_refused(conn, RECONCILE, (v1_run, 8), SqlState.V2_CALL_ON_V1_RUN, str(v1_run))
 

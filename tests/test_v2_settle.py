@@ -17,15 +17,30 @@ from tests.v2_helpers import claim_a, start, through_b_claim
 SETTLE = "select * from engine.v2_settle(%s, %s, %s::jsonb)"
 
 
-def test_argument_refusals(conn: Conn) -> None:
+@pytest.mark.parametrize(
+    ("outcome", "result", "sqlstate"),
+    [
+        ("done", "1", SqlState.BAD_OUTCOME_OR_RESULT),
+        (None, "1", SqlState.BAD_OUTCOME_OR_RESULT),
+        ("completed", None, SqlState.BAD_OUTCOME_OR_RESULT),
+        ("completed", json.dumps("x" * 262_143), SqlState.PAYLOAD_TOO_LARGE),
+    ],
+    ids=[
+        "an_unknown_outcome_is_dr009",
+        "a_null_outcome_is_dr009",
+        "an_sql_null_result_is_dr009",
+        "a_result_over_262144_bytes_is_dr002",
+    ],
+)
+def test_a_bad_settlement_argument_is_refused_and_names_the_claim(
+    conn: Conn, outcome: str | None, result: str | None, sqlstate: SqlState
+) -> None:
     grant = claim_a(conn, start(conn))
-    cid = str(grant.claim_id)
-    assert_refused(conn, SETTLE, (grant.claim_id, "done", "1"), SqlState.BAD_OUTCOME_OR_RESULT, cid)
-    assert_refused(conn, SETTLE, (grant.claim_id, None, "1"), SqlState.BAD_OUTCOME_OR_RESULT, cid)
-    assert_refused(conn, SETTLE, (grant.claim_id, "completed", None), SqlState.BAD_OUTCOME_OR_RESULT, cid)
-    assert_refused(
-        conn, SETTLE, (grant.claim_id, "completed", json.dumps("x" * 262_143)), SqlState.PAYLOAD_TOO_LARGE, cid
-    )
+    assert_refused(conn, SETTLE, (grant.claim_id, outcome, result), sqlstate, str(grant.claim_id))
+
+
+def test_an_unknown_claim_is_refused_with_dr013(conn: Conn) -> None:
+    claim_a(conn, start(conn))
     assert_refused(
         conn, "select * from engine.v2_settle(gen_random_uuid(), 'completed', '1')", None, SqlState.UNKNOWN_CLAIM
     )

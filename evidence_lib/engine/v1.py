@@ -19,7 +19,8 @@ from evidence_lib.pg.db import Conn
 
 @dataclass(frozen=True)
 class TaskGrant:
-    """A task a v1 worker won from `engine.start_tasks`."""
+    """A task granted to a worker: what its handler runs on and where its message is
+    (`engine.task_grant` from `start_tasks`; a v2 `Grant` adds the claim)."""
 
     run_id: UUID
     step_slug: str

@@ -15,6 +15,7 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from evidence_lib.engine.jsontypes import Json
+from evidence_lib.engine.v1 import TaskGrant
 from evidence_lib.pg.db import Conn
 
 Outcome = Literal["completed", "failed"]
@@ -22,16 +23,11 @@ Verdict = Literal["accepted", "replayed", "conflict", "stale", "terminal"]
 
 
 @dataclass(frozen=True)
-class Grant:
-    """A won v2 claim (`engine.v2_grant`)."""
+class Grant(TaskGrant):
+    """A won v2 claim (`engine.v2_grant`): the task as v1 grants it, plus the claim that owns it
+    and the lease horizon by which it must be settled."""
 
     claim_id: UUID
-    run_id: UUID
-    step_slug: str
-    task_index: int
-    queue_name: str
-    message_id: int
-    input: Json
     lease_expires_at: datetime
 
 

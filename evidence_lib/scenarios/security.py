@@ -16,6 +16,7 @@ from typing import Any, get_args
 import psycopg
 
 from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.engine.roles import Role, may_execute
 from evidence_lib.harness.snapshots import diff, snapshot
 from evidence_lib.pg.db import Conn, connect, one, rows
 from evidence_lib.scenarios import shadowing
@@ -23,7 +24,6 @@ from evidence_lib.scenarios.support.setup import modes, scenario_database, scena
 
 SCENARIO = "09_security"
 SAFE_PATH = "search_path=pg_catalog, pg_temp"
-WORKER_FUNCTIONS = frozenset({"start_tasks", "complete_task", "fail_task", "v2_claim", "v2_settle"})
 ROLES = ("public", "engine_worker", "engine_operator")
 TABLE_PRIVILEGES = ("select", "insert", "update", "delete", "truncate")
 
@@ -67,13 +67,6 @@ def check_search_path(result: ScenarioResult, conn: Conn) -> None:
     )
 
 
-def expected_execute(role: str, function: str) -> bool:
-    """The contract's matrix: PUBLIC nothing, workers the worker calls, operators the rest."""
-    if role == "public" or function.startswith("_"):
-        return False
-    return (function in WORKER_FUNCTIONS) == (role == "engine_worker")
-
-
 def check_grants(result: ScenarioResult, conn: Conn) -> None:
     """Gates per role: function EXECUTE, schema USAGE and engine table privileges as the
     contract says; PGMQ archives and foreign queues closed to everyone but the owner."""
@@ -84,7 +77,7 @@ def check_grants(result: ScenarioResult, conn: Conn) -> None:
     for role in ROLES:
         for f in functions:
             actual = bool(one(conn, "select has_function_privilege(%s, %s, 'execute')", (role, f["oid"])))
-            table.append(_probe(role, f"execute engine.{f['proname']}", expected_execute(role, f["proname"]), actual))
+            table.append(_probe(role, f"execute engine.{f['proname']}", may_execute(role, f["proname"]), actual))
         usage = bool(one(conn, "select has_schema_privilege(%s, 'engine', 'usage')", (role,)))
         table.append(_probe(role, "usage on schema engine", role != "public", usage))
         for t in tables:
@@ -118,8 +111,8 @@ def check_refusals(result: ScenarioResult, conn: Conn, url: str) -> None:
                  "pg_get_function_identity_arguments(p.oid) as args "
                  "from pg_proc p where p.pronamespace = 'engine'::regnamespace order by 1")  # fmt: skip
     table: list[dict[str, Any]] = []
-    for role in get_args(shadowing.Role):
-        forbidden = [_null_call(c["signature"]) for c in calls if not expected_execute(role, c["proname"])]
+    for role in get_args(Role):
+        forbidden = [_null_call(c["signature"]) for c in calls if not may_execute(role, c["proname"])]
         forbidden += [
             "update engine.runs set status = 'failed'",
             "insert into engine.flows (flow_slug) values ('x')",
@@ -133,7 +126,7 @@ def check_refusals(result: ScenarioResult, conn: Conn, url: str) -> None:
             for statement in forbidden:
                 table.append({"role": role, "statement": statement} | _refused(probe, conn, statement))
     result.table("login_refusals", table)
-    for role in get_args(shadowing.Role):
+    for role in get_args(Role):
         mine = [r for r in table if r["role"] == role]
         wrong = [f"{r['statement']} -> {r['sqlstate']}, {r['rows_changed']} rows" for r in mine if not r["ok"]]
         result.gate(

@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from psycopg import conninfo
 from psycopg import sql as pgsql
@@ -26,11 +26,10 @@ from psycopg.types.json import Jsonb
 
 from evidence_lib.engine import v1, v2
 from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, route
+from evidence_lib.engine.roles import Role
 from evidence_lib.harness.ab_flow import define_ab, read_step_message
 from evidence_lib.harness.waits import wait_for_lease_expiry
 from evidence_lib.pg.db import Conn, connect, one
-
-Role = Literal["engine_worker", "engine_operator"]
 
 # Built-in type names a function body or PGMQ may spell without a schema.
 SHADOWED_TYPES = (

@@ -9,12 +9,12 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Self
+from typing import Any, Self, overload
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from evidence_lib.engine.flows import AnyFlow
+from evidence_lib.engine.flows import AnyFlow, Flow, S, StepQueuedFlow
 from evidence_lib.workers.config import SafeLog, WorkerConfig, resolve_queue
 from evidence_lib.workers.timing import CallTimes, maybe_timed
 
@@ -22,21 +22,50 @@ from evidence_lib.workers.timing import CallTimes, maybe_timed
 class WorkerBase:
     """Lifecycle of a worker for one plain flow, or for one step of a step-queued flow."""
 
+    default_name = "worker"  # the connection's application_name when none is given
+
+    @overload
+    def __init__(
+        self,
+        url: str,
+        flow: Flow[Any],
+        step: None = None,
+        *,
+        config: WorkerConfig | None = None,
+        logger: logging.Logger | None = None,
+        name: str | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        url: str,
+        flow: StepQueuedFlow[S],
+        step: S,
+        *,
+        config: WorkerConfig | None = None,
+        logger: logging.Logger | None = None,
+        name: str | None = None,
+    ) -> None: ...
+
     def __init__(
         self,
         url: str,
         flow: AnyFlow,
-        step: str | None,
+        step: str | None = None,
         *,
-        config: WorkerConfig | None,
-        logger: logging.Logger | None,
-        name: str,
+        config: WorkerConfig | None = None,
+        logger: logging.Logger | None = None,
+        name: str | None = None,
     ) -> None:
+        """A plain flow's worker takes no step; a step-queued flow's worker names one of its
+        steps. The overloads let a type checker reject a wrong selector; `resolve_queue`
+        rejects it at run time, before any database work."""
         self.queue, self.step = resolve_queue(flow, step)  # before any database work
         self.flow = flow
         self.url = url
-        self.config = config or WorkerConfig()
-        self.name = name
+        self.config = config or self.default_config()
+        self.name = name or self.default_name
         self.log = SafeLog(logger or logging.getLogger(f"evidence_lib.worker.{flow.slug}"))
         self._stop = threading.Event()
         self._closing = False
@@ -47,6 +76,14 @@ class WorkerBase:
         self._executor: ThreadPoolExecutor | None = None
         self._futures: set[Future[None]] = set()
         self.timings: CallTimes | None = None  # set to a CallTimes to measure every SQL call
+        self.setup()
+
+    def setup(self) -> None:
+        """What a subclass adds to a new worker (its statistics); runs at the end of __init__."""
+
+    @classmethod
+    def default_config(cls) -> WorkerConfig:
+        return WorkerConfig()
 
     @classmethod
     def serving(cls, url: str, flow: AnyFlow, step: str | None = None, **options: Any) -> Self:

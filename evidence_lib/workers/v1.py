@@ -12,12 +12,10 @@ import logging
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, overload
 
 import psycopg
 
 from evidence_lib.engine import v1
-from evidence_lib.engine.flows import AnyFlow, Flow, S, StepQueuedFlow
 from evidence_lib.engine.jsontypes import Json
 from evidence_lib.engine.messages import UnsupportedMessage, parse_task_message
 from evidence_lib.workers.base import WorkerBase
@@ -26,7 +24,6 @@ from evidence_lib.workers.config import (
     ReportRejected,
     ShutdownRequested,
     TransportError,
-    WorkerConfig,
     ensure_json,
 )
 
@@ -47,41 +44,11 @@ class WorkerStats:
 class Worker(WorkerBase):
     """A v1 worker for one plain flow, or for one step of a step-queued flow."""
 
-    @overload
-    def __init__(
-        self,
-        url: str,
-        flow: Flow[Any],
-        step: None = None,
-        *,
-        config: WorkerConfig | None = None,
-        logger: logging.Logger | None = None,
-        name: str = "worker",
-    ) -> None: ...
+    default_name = "worker"
 
-    @overload
-    def __init__(
-        self,
-        url: str,
-        flow: StepQueuedFlow[S],
-        step: S,
-        *,
-        config: WorkerConfig | None = None,
-        logger: logging.Logger | None = None,
-        name: str = "worker",
-    ) -> None: ...
+    stats: WorkerStats
 
-    def __init__(
-        self,
-        url: str,
-        flow: AnyFlow,
-        step: str | None = None,
-        *,
-        config: WorkerConfig | None = None,
-        logger: logging.Logger | None = None,
-        name: str = "worker",
-    ) -> None:
-        super().__init__(url, flow, step, config=config, logger=logger, name=name)
+    def setup(self) -> None:
         self.stats = WorkerStats()
 
     def __enter__(self) -> Worker:

@@ -22,14 +22,13 @@ from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal, overload
+from typing import Literal
 from uuid import UUID
 
 import psycopg
 from psycopg import sql
 
 from evidence_lib.engine import v1, v2
-from evidence_lib.engine.flows import AnyFlow, Flow, S, StepQueuedFlow
 from evidence_lib.engine.jsontypes import Json
 from evidence_lib.engine.limits import read_limits
 from evidence_lib.engine.messages import UnsupportedMessage, parse_task_message
@@ -112,41 +111,15 @@ def _attempt_sql(grant: v2.Grant, outcome: v2.Outcome, result: Json) -> sql.Comp
 class V2Worker(WorkerBase):
     """A Dirty Runs v2 worker for one plain flow, or for one step of a step-queued flow."""
 
-    @overload
-    def __init__(
-        self,
-        url: str,
-        flow: Flow[Any],
-        step: None = None,
-        *,
-        config: WorkerConfig | None = None,
-        logger: logging.Logger | None = None,
-        name: str = "v2_worker",
-    ) -> None: ...
+    default_name = "v2_worker"
 
-    @overload
-    def __init__(
-        self,
-        url: str,
-        flow: StepQueuedFlow[S],
-        step: S,
-        *,
-        config: WorkerConfig | None = None,
-        logger: logging.Logger | None = None,
-        name: str = "v2_worker",
-    ) -> None: ...
+    @classmethod
+    def default_config(cls) -> WorkerConfig:
+        return WorkerConfig(visibility_timeout=5)
 
-    def __init__(
-        self,
-        url: str,
-        flow: AnyFlow,
-        step: str | None = None,
-        *,
-        config: WorkerConfig | None = None,
-        logger: logging.Logger | None = None,
-        name: str = "v2_worker",
-    ) -> None:
-        super().__init__(url, flow, step, config=config or WorkerConfig(visibility_timeout=5), logger=logger, name=name)
+    stats: V2WorkerStats
+
+    def setup(self) -> None:
         self.stats = V2WorkerStats()
         self.settlement_attempts = self.config.report_attempts
 

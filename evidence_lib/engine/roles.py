@@ -1,0 +1,16 @@
+"""The engine's roles and what each may execute (CONTRACT section 6): PUBLIC nothing, the worker
+role the calls a worker makes, the operator role every other public function."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Role = Literal["engine_worker", "engine_operator"]
+WORKER_FUNCTIONS = frozenset({"start_tasks", "complete_task", "fail_task", "v2_claim", "v2_settle"})
+
+
+def may_execute(role: str, function: str) -> bool:
+    """Whether `role` ('public', 'engine_worker', 'engine_operator') may execute engine.`function`."""
+    if role == "public" or function.startswith("_"):
+        return False
+    return (function in WORKER_FUNCTIONS) == (role == "engine_worker")
