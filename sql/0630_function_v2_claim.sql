@@ -76,6 +76,7 @@ begin
     return;
   end if;
 
+  perform engine._hook('claim.before_guarded_update');
   -- one instant for claimed_at, the lease horizon and the message's vt
   v_now := pg_catalog.clock_timestamp();
   v_lease := v_now + pg_catalog.make_interval(

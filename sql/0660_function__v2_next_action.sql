@@ -1,9 +1,8 @@
 -- _v2_next_action: the next immediate orchestration action of a v2 run, derived from
 -- authoritative rows only (step states, tasks, the run), never from replayed counters:
---   'create_b'  A is completed and B's step state is still created: start B's step state and
---               create B's task (queued, its message not sent yet);
---   'send_b'    B's task exists without a message: send B's message to B's stored route with
---               B's start_delay and snapshot the pair;
+--   'dispatch_b'  A is completed and B's step state is still created: start B's step state,
+--               send B's message to B's stored route with B's start_delay, and create B's
+--               task (queued) with that pair as its snapshot, as one action;
 --   'complete'  B is completed and the run is still started: complete the run;
 --   null        nothing to do now (A or B still working, or the run is terminal).
 -- Reads only; the caller holds the run, work and step state locks.
@@ -14,11 +13,7 @@ set search_path = pg_catalog, pg_temp
 as $$
   select case
     when r.status <> 'started' then null
-    when b.status = 'created' and a.status = 'completed' then 'create_b'
-    when b.status = 'started' and exists (
-      select from engine.step_tasks as t
-       where t.run_id = r.run_id and t.step_slug = b.step_slug and t.message_id is null
-    ) then 'send_b'
+    when b.status = 'created' and a.status = 'completed' then 'dispatch_b'
     when b.status = 'completed' then 'complete'
   end
   from engine.runs as r

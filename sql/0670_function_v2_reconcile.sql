@@ -1,10 +1,11 @@
 -- v2_reconcile: move one v2 run forward in one transaction, in separately committed calls.
 -- Skips (writes nothing) when health is attention, or backoff before next_attempt_at.
 -- Otherwise performs at most max_actions immediate actions (_v2_next_action): once A is
--- completed, start B's step state and create B's task ('create_b'), then send B's message to
--- B's stored route with B's start_delay and snapshot the pair ('send_b'); once B is
+-- completed, dispatch B ('dispatch_b': start B's step state, send B's message to B's stored
+-- route with B's start_delay, create B's task with that pair as its snapshot); once B is
 -- completed, complete the run with output = B's result ('complete'). Each action
--- runs in a subtransaction: an error rolls the action back entirely, is recorded in
+-- runs in a subtransaction: an error rolls the action back entirely (no half-dispatched B:
+-- no task without its message, no message without its task), is recorded in
 -- engine_errors, counts consecutive_errors, sets backoff (1 s * 2^(n-1), capped at 60 s) and,
 -- after 3 in a row, attention; all of that commits. Only when, under the same locks, no
 -- immediate action remains does it set processed_generation to the requested_generation it
@@ -72,30 +73,22 @@ begin
     v_action := engine._v2_next_action(v2_reconcile.run_id);
     exit when v_action is null or v_actions >= v2_reconcile.max_actions;
     begin
-      if v_action in ('create_b', 'send_b') then
+      if v_action = 'dispatch_b' then
         select s.step_slug, s.queue_name, coalesce(s.start_delay, 0) as start_delay
           into strict v_b
           from engine.steps as s
          where s.flow_slug = v_run.flow_slug and s.deps_count > 0;
-      end if;
-      if v_action = 'create_b' then
         update engine.step_states as ss
            set status = 'started', started_at = v_now, remaining_deps = 0
          where ss.run_id = v2_reconcile.run_id and ss.step_slug = v_b.step_slug;
-        insert into engine.step_tasks (run_id, step_slug, flow_slug, task_index, status, queued_at)
-        values (v2_reconcile.run_id, v_b.step_slug, v_run.flow_slug, 0, 'queued', v_now);
-      elsif v_action = 'send_b' then
-        perform from engine.step_tasks as t
-         where t.run_id = v2_reconcile.run_id and t.step_slug = v_b.step_slug and t.task_index = 0
-           for update;
         select m.msg_id into strict v_message_id
           from pgmq.send(v_b.queue_name,
                          engine._task_message('v2', v2_reconcile.run_id, v_b.step_slug, 0),
                          v_now + pg_catalog.make_interval(secs => v_b.start_delay)) as m (msg_id);
-        update engine.step_tasks as t
-           set queue_name = v_b.queue_name, message_id = v_message_id
-         where t.run_id = v2_reconcile.run_id and t.step_slug = v_b.step_slug
-           and t.task_index = 0 and t.message_id is null;
+        insert into engine.step_tasks (run_id, step_slug, flow_slug, task_index, status, queued_at,
+                                       queue_name, message_id)
+        values (v2_reconcile.run_id, v_b.step_slug, v_run.flow_slug, 0, 'queued', v_now,
+                v_b.queue_name, v_message_id);
       else
         update engine.runs as r
            set status = 'completed', completed_at = v_now, remaining_steps = 0,

@@ -54,6 +54,7 @@ def test_smoke_run_of_every_notebook(server: Server, tmp_path: Path) -> None:
         "probes": 10,
         "soak_runs": 100,
         "threads": 12,
+        "mutants": "settle_does_not_archive_the_message,claim_without_row_locks,public_may_settle",
     }
     code = run_evidence("", small, database_url=server.maintenance_url, out=bundle)
     manifest = json.loads((bundle / "manifest.json").read_text())
@@ -67,7 +68,8 @@ def test_smoke_run_of_every_notebook(server: Server, tmp_path: Path) -> None:
             assert (bundle / "html" / f"{stem}{suffix}").stat().st_size > 10_000
         assert (bundle / f"{stem}.ipynb").exists() and (bundle / "logs" / f"{stem}.log").exists()
     assert manifest["migration_artifact"]["sha256"] and manifest["schema_sync"]["in_sync"]
-    assert "PASS" in (bundle / "index.html").read_text()
+    index = (bundle / "index.html").read_text()
+    assert "PASS" in index and "negative controls: 3 of 3 killed" in index
     names = zipfile.ZipFile(bundle / "bundle.zip").namelist()
     assert any(n.endswith("manifest.json") for n in names) and any(n.endswith("index.html") for n in names)
     assert list((bundle / "charts").glob("*.png")) and list((bundle / "tables").glob("*.csv"))

@@ -51,17 +51,22 @@ def test_a_call_with_nothing_to_do_writes_nothing(conn: Conn) -> None:
     assert diff(before, snapshot(conn)) == {}
 
 
-def test_chunking_marks_nothing_processed_until_no_action_remains(conn: Conn) -> None:
+def test_one_action_dispatches_b_whole_and_then_the_generation_is_processed(conn: Conn) -> None:
     grant = _settled_a(conn)
     first = v2.reconcile(conn, grant.run_id, max_actions=1)
-    assert (first.actions, first.processed, first.generation) == (1, False, 1)
-    assert rows(conn, "select step_slug, status, message_id from engine.step_tasks where step_slug = 'B'") == [
-        {"step_slug": "B", "status": "queued", "message_id": None}
-    ]
-    assert v2.work_row(conn, grant.run_id)["processed_generation"] == 0
-    second = v2.reconcile(conn, grant.run_id, max_actions=1)
-    assert (second.actions, second.processed) == (1, True)
-    assert len(queue_messages(conn, "ab")) == 1
+    assert (first.actions, first.processed, first.generation) == (1, True, 1)
+    [task] = rows(conn, "select status, queue_name, message_id from engine.step_tasks where step_slug = 'B'")
+    [message] = queue_messages(conn, "ab")
+    assert task == {"status": "queued", "queue_name": "ab", "message_id": message["msg_id"]}
+    assert scalar(conn, "select status from engine.step_states where step_slug = 'B'") == "started"
+
+
+def test_a_second_call_after_the_dispatch_finds_nothing_and_writes_nothing(conn: Conn) -> None:
+    grant = _settled_a(conn)
+    v2.reconcile(conn, grant.run_id, max_actions=1)
+    before = snapshot(conn)
+    assert v2.reconcile(conn, grant.run_id).actions == 0
+    assert diff(before, snapshot(conn)) == {}
 
 
 def test_a_failing_action_rolls_back_entirely_and_backs_off(conn: Conn) -> None:
@@ -72,8 +77,9 @@ def test_a_failing_action_rolls_back_entirely_and_backs_off(conn: Conn) -> None:
     assert (report.actions, report.processed, report.health) == (0, False, "backoff")
     assert scalar(conn, "select status from engine.step_states where step_slug = 'B'") == "created"
     assert scalar(conn, "select count(*) from engine.step_tasks where step_slug = 'B'") == 0
+    assert queue_messages(conn, "ab") == []  # A's message was archived; B's was never kept
     [error] = rows(conn, "select * from engine.engine_errors")
-    assert (error["sqlstate"], error["action"], error["generation"]) == (SqlState.HOOK_FAILED, "create_b", 1)
+    assert (error["sqlstate"], error["action"], error["generation"]) == (SqlState.HOOK_FAILED, "dispatch_b", 1)
     work = v2.work_row(conn, grant.run_id)
     assert work["consecutive_errors"] == 1
     assert scalar(
@@ -85,9 +91,10 @@ def test_a_failing_action_rolls_back_entirely_and_backs_off(conn: Conn) -> None:
     assert diff(before, snapshot(conn)) == {}
 
 
-def test_restart_after_committed_progress_creates_b_once(conn: Conn, db_url: str) -> None:
+def test_a_reconciler_killed_mid_dispatch_leaves_nothing_and_the_restart_dispatches_b_once(
+    conn: Conn, db_url: str
+) -> None:
     grant = _settled_a(conn, "step")
-    assert v2.reconcile(conn, grant.run_id, max_actions=1).actions == 1  # B's task: committed
     controller = Controller(db_url)
     victim = Session(db_url, "reconciler", hooks=["reconcile.action"])
     try:
@@ -102,6 +109,7 @@ def test_restart_after_committed_progress_creates_b_once(conn: Conn, db_url: str
         controller.close()
         victim.close()
     assert queue_messages(conn, "ab__b") == []  # the killed call's send rolled back
+    assert scalar(conn, "select count(*) from engine.step_tasks where step_slug = 'B'") == 0
     assert v2.reconcile(conn, grant.run_id).actions == 1
     assert scalar(conn, "select count(*) from engine.step_tasks where step_slug = 'B'") == 1
     assert len(queue_messages(conn, "ab__b")) == 1
@@ -138,7 +146,7 @@ def test_a_real_poison_is_isolated_to_its_run(conn: Conn, db_url: str) -> None:
             assert diff(before, snapshot(conn)) == {}
             wait_for_backoff(conn, poisoned.run_id)
     errors = rows(conn, "select sqlstate, action, message from engine.engine_errors order by error_id")
-    assert [e["sqlstate"] for e in errors] == ["42P01"] * 3 and {e["action"] for e in errors} == {"send_b"}
+    assert [e["sqlstate"] for e in errors] == ["42P01"] * 3 and {e["action"] for e in errors} == {"dispatch_b"}
     assert (
         scalar(
             conn,
@@ -149,6 +157,8 @@ def test_a_real_poison_is_isolated_to_its_run(conn: Conn, db_url: str) -> None:
     )
     work = v2.work_row(conn, poisoned.run_id)
     assert work["health"] == "attention" and "3 consecutive engine errors" in work["attention_reason"]
+    b_tasks = "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'"
+    assert scalar(conn, b_tasks, (poisoned.run_id,)) == 0  # no half-done B: no task without its message
     before = snapshot(conn)
     assert v2.reconcile(conn, poisoned.run_id).actions == 0  # attention: skipped
     assert diff(before, snapshot(conn)) == {}

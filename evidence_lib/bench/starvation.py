@@ -38,6 +38,7 @@ class StarvationResult:
     b_p95_ms: float
     b_max_ms: float
     seconds: float
+    b_done_while_a_queued: bool = False  # every probe's B settled before the last A was claimed
     latencies_ms: list[float] = field(default_factory=list, compare=False)
 
 
@@ -125,6 +126,12 @@ def run_mode(
                     (probe_ids,),
                 ).fetchall()
             ]
+            ahead = conn.execute(
+                "select (select max(s.settled_at) from engine.task_settlements s join engine.task_claims c "
+                "using (claim_id) where c.step_slug = 'B' and c.run_id = any(%s)) "
+                "< (select max(claimed_at) from engine.task_claims where step_slug = 'A')",
+                (probe_ids,),
+            ).fetchone()
     return StarvationResult(
         mode,
         backlog,
@@ -135,6 +142,7 @@ def run_mode(
         percentile(latencies, 95),
         max(latencies, default=float("nan")),
         seconds,
+        bool(ahead and ahead[0]),
         sorted(latencies),
     )
 

@@ -30,6 +30,15 @@ class Gate:
     passed: bool
     detail: str = ""
     mode: str = ""
+    point: str = ""  # a parameter point such as "workers=2" when one gate is computed at several
+
+    def key(self, scenario: str) -> str:
+        """The gate's unique key in a bundle: scenario/mode/name[@point]."""
+        return f"{scenario}/{self.mode or '-'}/{self.name}" + (f"@{self.point}" if self.point else "")
+
+
+class DuplicateGate(ValueError):
+    """A gate was recorded twice under one key; a second verdict would hide the first."""
 
 
 @dataclass
@@ -45,11 +54,16 @@ class ScenarioResult:
     notes: list[str] = field(default_factory=list)
     log_lines: list[str] = field(default_factory=list)
     error: str | None = None
+    headline: str = ""  # one line the index shows next to the scenario's verdict
 
     # -- building ----------------------------------------------------------------------------
 
-    def gate(self, name: str, passed: bool, detail: str = "", mode: str = "") -> bool:
-        self.gates.append(Gate(name, bool(passed), detail, mode))
+    def gate(self, name: str, passed: bool, detail: str = "", mode: str = "", point: str = "") -> bool:
+        """Record a gate; its key (scenario, mode, name, point) must be new (DuplicateGate)."""
+        gate = Gate(name, bool(passed), detail, mode, point)
+        if any(g.key(self.scenario) == gate.key(self.scenario) for g in self.gates):
+            raise DuplicateGate(f"gate {gate.key(self.scenario)} recorded twice")
+        self.gates.append(gate)
         return bool(passed)
 
     def table(self, name: str, rows: list[dict[str, Any]] | pd.DataFrame) -> pd.DataFrame:
@@ -99,7 +113,7 @@ class ScenarioResult:
             [
                 {
                     "mode": g.mode,
-                    "gate": g.name,
+                    "gate": g.name + (f" @ {g.point}" if g.point else ""),
                     "verdict": "PASS" if g.passed else "FAIL",
                     "detail": g.detail,
                 }
@@ -117,7 +131,11 @@ class ScenarioResult:
         ).hide(axis="index")
 
     def verdict(self) -> str:
-        failed = [f"{g.mode + ': ' if g.mode else ''}{g.name}" for g in self.gates if not g.passed]
+        failed = [
+            f"{g.mode + ': ' if g.mode else ''}{g.name}{' @ ' + g.point if g.point else ''}"
+            for g in self.gates
+            if not g.passed
+        ]
         if self.error:
             return f"FAIL: the scenario raised {self.error}"
         if not self.gates:
@@ -158,6 +176,7 @@ class ScenarioResult:
             "charts": sorted(self.charts),
             "timings": self.timings,
             "notes": self.notes,
+            "headline": self.headline,
             "transcripts": self.transcripts,
         }
 

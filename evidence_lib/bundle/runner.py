@@ -22,6 +22,7 @@ from typing import Any
 import nbformat
 
 from evidence_lib import KERNEL_NAME, MIGRATIONS_DIR, OUTPUTS_DIR, PROJECT_ROOT
+from evidence_lib.bundle.result import DuplicateGate, Gate
 from evidence_lib.bundle.writer import (
     NotebookRun,
     banner_markdown,
@@ -44,6 +45,7 @@ SCENARIOS: dict[str, str] = {
     "performance": "07_performance",
     "validation": "08_moderation_validation",
     "security": "09_security",
+    "negative_controls": "10_negative_controls",
 }
 RUNNER_PARAMETERS = {"database_url", "bundle_dir"}
 
@@ -250,7 +252,8 @@ def run_evidence(
             )
             sidecar = bundle / "sidecars" / f"{stem}.json"
             if sidecar.exists():
-                run.gates = json.loads(sidecar.read_text())["gates"]
+                saved = json.loads(sidecar.read_text())
+                run.gates, run.headline = saved["gates"], saved.get("headline", "")
             _finish_notebook(stem, output, manifest, run, bundle)
             runs.append(run)
             red = [g["name"] for g in run.gates if not g["passed"]]
@@ -264,11 +267,7 @@ def run_evidence(
     manifest["finished_at"] = dt.datetime.now(dt.UTC).isoformat()
     manifest["passed"] = bool(runs) and all(r.passed for r in runs)
     manifest["notebooks"] = [r.__dict__ | {"passed": r.passed} for r in runs]
-    manifest["gates"] = {
-        f"{r.scenario}/{g.get('mode') or '-'}/{g['name']}": "PASS" if g["passed"] else "FAIL"
-        for r in runs
-        for g in r.gates
-    }
+    manifest["gates"] = gate_map(runs)
     manifest["exit_code"] = 0 if manifest["passed"] else 1
     write_manifest(bundle, manifest)
     write_index(bundle, manifest, runs)
@@ -277,6 +276,19 @@ def run_evidence(
     stamp = "" if manifest["candidate"] else f"  [not candidate evidence: {'; '.join(reasons)}]"
     print(f"evidence: {verdict}{stamp}\nevidence: open {bundle / 'index.html'}")
     return int(manifest["exit_code"])
+
+
+def gate_map(runs: list[NotebookRun]) -> dict[str, str]:
+    """Every gate of every notebook under its unique key; a duplicate key is an error (a second
+    verdict under one key would hide the first, as a red gate at one worker count once was)."""
+    out: dict[str, str] = {}
+    for r in runs:
+        for g in r.gates:
+            key = Gate(g["name"], g["passed"], mode=g.get("mode", ""), point=g.get("point", "")).key(r.scenario)
+            if key in out:
+                raise DuplicateGate(f"gate {key} appears twice in the bundle")
+            out[key] = "PASS" if g["passed"] else "FAIL"
+    return out
 
 
 def _pgmq_version() -> str:

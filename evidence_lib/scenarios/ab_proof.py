@@ -5,18 +5,22 @@ B created and queued exactly once in its stored queue, settle B, reconcile final
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 from uuid import UUID
 
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine import v2
-from evidence_lib.engine.flows import AnyFlow, QueueMode, route
+from evidence_lib.engine.flows import AnyFlow, Flow, QueueMode, compile_flow, route, with_step_queues
 from evidence_lib.engine.jsontypes import Json
-from evidence_lib.harness.ab_flow import define_ab, read_step_message, step_of
+from evidence_lib.harness.ab_flow import ABSteps, define_ab, read_step_message, step_of
 from evidence_lib.harness.faults import LostAckProxy, xact_status
-from evidence_lib.pg.db import Conn, connect, one
+from evidence_lib.pg.db import Conn, connect, one, rows
+from evidence_lib.scenarios.support import consistency
+from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, run_parts, single_database
 from evidence_lib.scenarios.support.readback import run_state
-from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server, timed
+from evidence_lib.scenarios.support.setup import modes, scenario_server, timed
 from evidence_lib.workers.v2 import V2Worker
 
 SCENARIO = "01_ab_proof"
@@ -29,13 +33,13 @@ def _handler(conn: Conn, step: str, payload: Json) -> Json:
 
 def run(queue_modes: str = "flow,step", database_url: str = "", hooks: str = "") -> ScenarioResult:
     result = ScenarioResult(SCENARIO, "A -> B proof", {"queue_modes": queue_modes, "hooks": hooks})
-    with result.capture_logs(), scenario_server(database_url) as server:
-        for mode in modes(queue_modes):
-            with scenario_database(server, hooks=hooks) as url:
-                try:
-                    _prove(result, url, mode)
-                except Exception as exc:  # a broken step is a red gate, not a crashed notebook
-                    result.gate("scenario_ran_to_the_end", False, f"{type(exc).__name__}: {exc}", mode)
+    with (
+        result.capture_logs(),
+        scenario_server(database_url) as server,
+        candidate_databases(server, hooks=hooks) as databases,
+    ):
+        run_parts(result, PARTS, databases, modes(queue_modes))
+    consistency.gates(result)
     result.timing_chart("phases", "A -> B proof: every phase (ms)")
     return result
 
@@ -49,6 +53,7 @@ def _prove(result: ScenarioResult, url: str, mode: QueueMode) -> None:
         def snap(step: str) -> dict[str, Any]:
             state = run_state(conn, flow, run_id, step) | {"mode": mode}
             states.append(state)
+            consistency.check(result, conn, mode, step)
             return state
 
         with timed(result, "1 start", mode=mode):
@@ -82,12 +87,12 @@ def _prove(result: ScenarioResult, url: str, mode: QueueMode) -> None:
         ]
         result.append_rows("settlement_attempts", attempts)
 
-        with timed(result, "5 reconcile call 1 (max_actions 1)", mode=mode):
+        with timed(result, "5 reconcile call 1 (max_actions 1): dispatch B", mode=mode):
             first = v2.reconcile(conn, run_id, 1)
-        after_first = snap("5 reconcile #1 (max_actions 1)")
+        after_first = snap("5 reconcile #1 (max_actions 1): B dispatched")
         with timed(result, "6 reconcile call 2", mode=mode):
-            v2.reconcile(conn, run_id)
-        after_second = snap("6 reconcile #2")
+            second = v2.reconcile(conn, run_id)
+        after_second = snap("6 reconcile #2: nothing left to do")
         with timed(result, "7 read + claim B", mode=mode):
             grant_b = v2.claim(conn, run_id, "B", route(flow, "B"), read_step_message(conn, flow, "B", run_id))
         assert grant_b is not None, "B was not granted"
@@ -108,7 +113,7 @@ def _prove(result: ScenarioResult, url: str, mode: QueueMode) -> None:
             run_id,
             mode,
             after_settle,
-            first,
+            (first, second),
             after_first,
             after_second,
             final,
@@ -118,6 +123,21 @@ def _prove(result: ScenarioResult, url: str, mode: QueueMode) -> None:
     result.append_rows("rows_after_every_step", states)
 
 
+def a_committed_alone(state: dict[str, Any]) -> bool:
+    """A's settlement committed with no reconciler: A completed and settled once, no B task and
+    no B message in B's route (the flow queue in flow mode), the run dirty (1 requested, 0
+    processed). (The form before issue 14 looked for B only in a private B queue, so in flow
+    mode it read a constant 0.)"""
+    return bool(
+        state["a_task"] == "completed"
+        and state["settlements"] == 1
+        and state["b_task"] is None
+        and state["b_live"] == 0
+        and state["requested"] == 1
+        and state["processed"] == 0
+    )
+
+
 def _gates(
     result: ScenarioResult,
     conn: Conn,
@@ -125,24 +145,18 @@ def _gates(
     run_id: UUID,
     mode: QueueMode,
     after_settle: dict[str, Any],
-    first: v2.Report,
+    reports: tuple[v2.Report, v2.Report],
     after_first: dict[str, Any],
     after_second: dict[str, Any],
     final: dict[str, Any],
     attempts: list[dict[str, Any]],
     b_final: str,
 ) -> None:
-    b_live = after_settle.get("queue_b", 0) if "queue_b" in after_settle else 0
     result.gate(
         "a_committed_with_no_reconciler",
-        after_settle["a_task"] == "completed"
-        and after_settle["settlements"] == 1
-        and after_settle["b_task"] is None
-        and b_live == 0
-        and after_settle["requested"] == 1
-        and after_settle["processed"] == 0,
-        f"A {after_settle['a_task']}, B task {after_settle['b_task']}, work "
-        f"{after_settle['requested']}/{after_settle['processed']}",
+        a_committed_alone(after_settle),
+        f"A {after_settle['a_task']}, B task {after_settle['b_task']}, B messages in B's route "
+        f"{after_settle['b_live']}, work {after_settle['requested']}/{after_settle['processed']}",
         mode,
     )
     lost = attempts[0] if attempts else {}
@@ -160,16 +174,19 @@ def _gates(
         f"resubmission: {replayed}; handler A ran {effects}x; settlements {after_settle['settlements']}",
         mode,
     )
+    first, second = reports
     result.gate(
         "reconciled_in_separate_commits",
         first.actions == 1
-        and not first.processed
+        and first.processed
         and after_first["b_task"] == "queued"
-        and after_first["b_message_id"] is None
-        and after_second["b_message_id"] is not None
-        and after_second["requested"] == after_second["processed"],
-        f"call 1: {first.actions} action, processed {first.processed}; call 2: B message "
-        f"{after_second['b_message_id']}",
+        and after_first["b_message_id"] is not None
+        and after_first["b_live"] == 1
+        and second.actions == 0
+        and after_second["b_message_id"] == after_first["b_message_id"]
+        and after_second["requested"] == after_second["processed"] == 1,
+        f"call 1 (its own commit): {first.actions} action, B task {after_first['b_task']} with message "
+        f"{after_first['b_message_id']}, processed {first.processed}; call 2: {second.actions} actions",
         mode,
     )
     b_tasks = one(conn, "select count(*) from engine.step_tasks where run_id = %s and step_slug = 'B'", (run_id,))
@@ -200,3 +217,51 @@ def _gates(
         f"{final['requested']}/{final['processed']}, messages left {left}",
         mode,
     )
+
+
+FALSY: list[Json] = [0, False, "", [], {}, None]
+POLL_DEADLINE = 15.0  # seconds the worker gets to settle the falsy runs (a liveness bound)
+
+
+def _falsy_results(result: ScenarioResult, url: str, mode: QueueMode) -> None:
+    """The real V2Worker settles a handler's falsy value exactly as returned (a known defect of
+    the engine this is modelled on stored them as null)."""
+    with connect(url, application_name="falsy") as conn:
+        flow = _falsy_flow(mode)
+        compile_flow(conn, flow)
+        runs = [v2.start_run(conn, "falsy", {"value": value}) for value in FALSY]
+        with V2Worker.serving(url, flow, step_of(flow, "A"), name="falsy_worker") as worker:
+            deadline = time.monotonic() + POLL_DEADLINE
+            while worker.stats.verdicts["accepted"] < len(runs) and time.monotonic() < deadline:
+                worker.poll(wait_for_handlers=True)
+        found = rows(
+            conn,
+            "select r.input->'value' as returned, s.result as settled, "
+            "s.result = r.input->'value' and jsonb_typeof(s.result) = jsonb_typeof(r.input->'value') as exact "
+            "from engine.runs r left join engine.task_claims c on c.run_id = r.run_id and c.step_slug = 'A' "
+            "left join engine.task_settlements s on s.claim_id = c.claim_id "
+            "where r.flow_slug = 'falsy' order by r.started_at",
+        )
+        consistency.check(result, conn, mode, "falsy results settled")
+    result.append_rows("falsy_results", [r | {"mode": mode} for r in found])
+    exact = [r for r in found if r["exact"]]
+    result.gate(
+        "falsy_results_are_settled_exactly",
+        len(exact) == len(FALSY),
+        f"{len(exact)}/{len(FALSY)} settled exactly: "
+        + ", ".join(f"{json.dumps(r['returned'])} -> {json.dumps(r['settled'])}" for r in found),
+        mode,
+    )
+
+
+def _falsy_flow(mode: QueueMode) -> AnyFlow:
+    flow: Flow[ABSteps] = Flow("falsy", max_attempts=1, timeout=30)
+    flow.add("A", lambda payload: payload["value"] if isinstance(payload, dict) else None)
+    flow.add("B", lambda payload: payload, deps=["A"])
+    return with_step_queues(flow) if mode == "step" else flow
+
+
+PARTS = [
+    PartSpec("proof", single_database(_prove)),
+    PartSpec("falsy_results", single_database(_falsy_results)),
+]

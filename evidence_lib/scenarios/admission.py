@@ -10,12 +10,15 @@ from typing import Any
 
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine import v1, v2
-from evidence_lib.engine.flows import Flow, compile_flow, route
+from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, route
 from evidence_lib.engine.sqlstates import SqlState
 from evidence_lib.harness.ab_flow import define_ab, read_step_message
 from evidence_lib.harness.snapshots import attempt, diff, snapshot
 from evidence_lib.pg.db import Conn, connect, one
-from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server
+from evidence_lib.scenarios import admission_claims, admission_v1
+from evidence_lib.scenarios.support import consistency
+from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, modeless, run_parts, single_database
+from evidence_lib.scenarios.support.setup import modes, scenario_server
 from evidence_lib.workers.v1 import Worker
 
 SCENARIO = "06_admission"
@@ -105,20 +108,14 @@ SHAPES: list[tuple[str, list[str], Any, str]] = [
 
 def run(queue_modes: str = "flow,step", database_url: str = "", hooks: str = "") -> ScenarioResult:
     result = ScenarioResult(SCENARIO, "Admission and isolation", {"queue_modes": queue_modes, "hooks": hooks})
-    with result.capture_logs(), scenario_server(database_url) as server:
-        with scenario_database(server, hooks=hooks) as url:
-            _guard(result, "admission", lambda: _admission(result, url))
-        for mode in modes(queue_modes):
-            with scenario_database(server, hooks=hooks) as url:
-                _guard(result, f"isolation_{mode}", lambda u=url, m=mode: _isolation(result, u, m))
+    with (
+        result.capture_logs(),
+        scenario_server(database_url) as server,
+        candidate_databases(server, hooks=hooks) as databases,
+    ):
+        run_parts(result, PARTS, databases, modes(queue_modes))
+    consistency.gates(result)
     return result
-
-
-def _guard(result: ScenarioResult, name: str, fn: Any) -> None:
-    try:
-        fn()
-    except Exception as exc:
-        result.gate(f"{name}_ran_to_the_end", False, f"{type(exc).__name__}: {exc}")
 
 
 def _refusal_row(conn: Conn, case: str, call: str, params: Any, expected: str) -> dict[str, Any]:
@@ -155,10 +152,10 @@ def _admission(result: ScenarioResult, url: str) -> None:
     result.gate("no_run_exists_after_the_refusals", runs == 0, f"{runs} runs in the database")
 
 
-def _isolation(result: ScenarioResult, url: str, mode: str) -> None:
+def _isolation(result: ScenarioResult, url: str, mode: QueueMode) -> None:
     table = []
     with connect(url) as conn:
-        flow = define_ab(conn, "iso", mode)  # type: ignore[arg-type]
+        flow = define_ab(conn, "iso", mode)
         run_id = v2.start_run(conn, "iso", {"n": 1})
         msg = read_step_message(conn, flow, "A", run_id)
         grant = v2.claim(conn, run_id, "A", route(flow, "A"), msg)
@@ -167,6 +164,23 @@ def _isolation(result: ScenarioResult, url: str, mode: str) -> None:
             ("complete_task on a v2 task", "select engine.complete_task(%s, 'A', 0, '1')", SqlState.V1_WRITER_ON_V2),
             ("fail_task on a v2 task", "select engine.fail_task(%s, 'A', 0, 'x')", SqlState.V1_WRITER_ON_V2),
             ("v2_reconcile with max_actions 0", "select engine.v2_reconcile(%s, 0)", SqlState.ARGUMENT_OUT_OF_RANGE),
+            (
+                "v2_take_over before the lease horizon",
+                "select * from engine.v2_take_over(%s, 'A', "
+                + f"'{grant.claim_id}', '{route(flow, 'A')}', array[{msg}]::bigint[])",
+                SqlState.TAKEOVER_BEFORE_HORIZON,
+            ),
+            (
+                "v2_settle with an unknown outcome",
+                f"select engine.v2_settle('{grant.claim_id}', 'done', '1') where %s is not null",
+                SqlState.BAD_OUTCOME_OR_RESULT,
+            ),
+            (
+                "v2_settle with a result over 262 144 bytes",
+                f"select engine.v2_settle('{grant.claim_id}', 'completed', to_jsonb(repeat('x', 262143))) "
+                "where %s is not null",
+                SqlState.PAYLOAD_TOO_LARGE,
+            ),
         ]:
             table.append(_refusal_row(conn, case, call, (run_id,), expected))
         for case, call, expected in [
@@ -238,3 +252,15 @@ def _isolation(result: ScenarioResult, url: str, mode: str) -> None:
         f"v1 run {v1_status}; the v2 run is untouched ({v2_status})",
         mode,
     )
+
+
+PARTS = [
+    PartSpec("admission", modeless(_admission), per_mode=False),
+    PartSpec("isolation", single_database(_isolation)),
+    PartSpec("claim_eligibility", single_database(admission_claims.eligibility)),
+    PartSpec("settlement_verdicts", single_database(admission_claims.verdicts)),
+    PartSpec("stale_verdict", single_database(admission_claims.stale_verdict)),
+    PartSpec("v1_one_winner", single_database(admission_v1.one_winner)),
+    PartSpec("v1_retry_delay", single_database(admission_v1.retry_delay)),
+    PartSpec("v1_siblings", single_database(admission_v1.siblings)),
+]

@@ -6,7 +6,7 @@ database to the candidate migration, and a new-constraint violation rolling it b
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Callable
 from typing import Any
 
 from evidence_lib.bundle.result import ScenarioResult
@@ -18,7 +18,9 @@ from evidence_lib.harness.ab_flow import define_ab, read_step_message
 from evidence_lib.harness.snapshots import attempt, diff, snapshot
 from evidence_lib.pg import db, migrate
 from evidence_lib.pg.db import Server, connect, one, rows
-from evidence_lib.scenarios.support.setup import scenario_database, scenario_server
+from evidence_lib.scenarios.support import consistency
+from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, modeless, run_parts
+from evidence_lib.scenarios.support.setup import scenario_server
 from evidence_lib.workers.config import StepSelectorError
 from evidence_lib.workers.reconciler import Reconciler
 from evidence_lib.workers.v1 import Worker
@@ -38,20 +40,19 @@ NAMES = [
 
 def run(database_url: str = "", hooks: str = "") -> ScenarioResult:
     result = ScenarioResult(SCENARIO, "Queue identity and private queues", {"hooks": hooks})
-    with result.capture_logs(), scenario_server(database_url) as server:
-        for part in (_naming, _identity, _big_ids, _unknown_messages, _selectors):
-            with scenario_database(server, hooks=hooks) as url:
-                _guard(result, part.__name__, partial(part, result, url))
-        _guard(result, "upgrade", lambda: _upgrade(result, server))
-        _guard(result, "rollback", lambda: _rollback(result, server))
+    with (
+        result.capture_logs(),
+        scenario_server(database_url) as server,
+        candidate_databases(server, hooks=hooks) as databases,
+    ):
+        run_parts(result, PARTS, databases, [])
+        for name, fn in (("upgrade", _upgrade), ("rollback", _rollback)):
+            try:
+                fn(result, server)
+            except Exception as exc:
+                result.gate(f"{name}_ran_to_the_end", False, f"{type(exc).__name__}: {exc}")
+    consistency.gates(result)
     return result
-
-
-def _guard(result: ScenarioResult, name: str, fn: Any) -> None:
-    try:
-        fn()
-    except Exception as exc:
-        result.gate(f"{name.strip('_')}_ran_to_the_end", False, f"{type(exc).__name__}: {exc}")
 
 
 def _naming(result: ScenarioResult, url: str) -> None:
@@ -86,11 +87,15 @@ def _naming(result: ScenarioResult, url: str) -> None:
             f"[{refusal.sqlstate}] {refusal.message}; rows changed {refusal.changed_rows}",
         )
         conn.execute("select engine.create_flow('Orders')")
-        refusal = attempt(conn, "select engine.create_flow('orders')")
+        conn.execute("select engine.create_flow('invoices')")
+        refusals = [
+            attempt(conn, "select engine.create_flow('orders')"),  # lower-case after a capital
+            attempt(conn, "select engine.create_flow('Invoices')"),  # a capital after lower-case
+        ]
         result.gate(
             "colliding_default_name_refused_without_writes",
-            refusal.sqlstate == SqlState.QUEUE_COLLISION and not refusal.changed,
-            f"[{refusal.sqlstate}] {refusal.message}",
+            all(r.sqlstate == SqlState.QUEUE_COLLISION and not r.changed for r in refusals),
+            "; ".join(f"[{r.sqlstate}] {r.message}" for r in refusals),
         )
 
 
@@ -288,3 +293,20 @@ def _rollback(result: ScenarioResult, server: Server) -> None:
             SqlState.QUEUE_COLLISION in message and "foo (flows Foo, foo)" in message and not changed and columns == 0,
             message.splitlines()[0],
         )
+
+
+def _checked(fn: Callable[[ScenarioResult, str], None]) -> Callable[[ScenarioResult, str], None]:
+    """`fn`, then the engine <-> queue consistency check on its database."""
+
+    def part(result: ScenarioResult, url: str) -> None:
+        fn(result, url)
+        with connect(url) as conn:
+            consistency.check(result, conn, "", fn.__name__.strip("_"))
+
+    return part
+
+
+PARTS = [
+    PartSpec(fn.__name__.strip("_"), modeless(_checked(fn)), per_mode=False)
+    for fn in (_naming, _identity, _big_ids, _unknown_messages, _selectors)
+]

@@ -7,16 +7,19 @@ isolation-tester transcripts, the pg_locks rows that proved each wait, the check
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from typing import Any
 
 import matplotlib.pyplot as plt
 
 from evidence_lib.bundle.result import ScenarioResult
-from evidence_lib.harness import RaceResult, run_race
-from evidence_lib.pg.db import Server
+from evidence_lib.engine.flows import QueueMode
+from evidence_lib.harness import Race, RaceContext, RaceResult, run_race
+from evidence_lib.harness.transcript import PermutationRun
 from evidence_lib.scenarios import race_specs
-from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server
+from evidence_lib.scenarios.support import consistency
+from evidence_lib.scenarios.support.parts import Databases, Part, PartSpec, candidate_databases, run_parts
+from evidence_lib.scenarios.support.setup import modes, scenario_server
 
 SCENARIO = "03_races"
 
@@ -31,24 +34,45 @@ def run(
     result = ScenarioResult(
         SCENARIO, "Races with proven barriers", {"queue_modes": queue_modes, "repeat": repeat, "hooks": hooks}
     )
-    with result.capture_logs(), scenario_server(database_url) as server:
-        for race in race_specs.all_races(tuple(modes(queue_modes))):
-            outcome = run_race(race, _databases(server, hooks), repeat=repeat, timeout=timeout)
-            _record(result, outcome)
+    with (
+        result.capture_logs(),
+        scenario_server(database_url) as server,
+        candidate_databases(server, hooks=hooks, prefix="race") as databases,
+    ):
+        run_parts(result, parts(repeat, timeout), databases, modes(queue_modes))
+    consistency.gates(result)
     _chart(result)
     return result
 
 
-def _databases(server: Server, hooks: str) -> Callable[[], AbstractContextManager[str]]:
-    @contextmanager
-    def database() -> Iterator[str]:
-        with scenario_database(server, hooks=hooks, prefix="race") as url:
-            yield url
-
-    return database
+def parts(repeat: int = 1, timeout: float = 10.0) -> list[PartSpec]:
+    """One part per race: every permutation `repeat` times, each on a fresh database."""
+    return [PartSpec(make.__name__, _race_part(make, repeat, timeout)) for make in race_specs.ALL]
 
 
-def _record(result: ScenarioResult, outcome: RaceResult) -> None:
+def _race_part(make: Callable[[QueueMode], Race], repeat: int, timeout: float) -> Part:
+    def part(result: ScenarioResult, databases: Databases, mode: QueueMode) -> None:
+        def inspect(ctx: RaceContext, run: PermutationRun) -> None:
+            with ctx.connect() as conn:
+                consistency.check(result, conn, mode, f"{run.race} / {run.permutation} #{run.attempt}")
+
+        outcome = run_race(make(mode), databases, repeat=repeat, timeout=timeout, inspect=inspect)
+        record(result, outcome)
+
+    return part
+
+
+def contention(run: PermutationRun) -> list[dict[str, Any]]:
+    """The waits of a permutation on a lock that another race session held (a transactionid,
+    tuple or row lock), as opposed to the controller's hook barrier."""
+    return [
+        row
+        for row in run.lock_rows
+        if row["locktype"] != "advisory" and row["blocked_by"] and "controller" not in row["blocked_by"]
+    ]
+
+
+def record(result: ScenarioResult, outcome: RaceResult) -> None:
     result.transcripts.append(outcome.transcript())
     mode = outcome.race.split("[")[-1].rstrip("]")
     runs, checks, steps, locks = [], [], [], []
@@ -95,12 +119,31 @@ def _record(result: ScenarioResult, outcome: RaceResult) -> None:
     result.append_rows("steps", steps)
     result.append_rows("lock_proofs", locks)
     failed = outcome.failures()
-    proven = all(any(s.waited for s in r.steps) for r in outcome.runs)
+    barrier = all(
+        any(row["locktype"] == "advisory" and "controller" in row["blocked_by"] for row in r.lock_rows)
+        for r in outcome.runs
+    )
+    name = outcome.race.split("[")[0]
     result.gate(
-        outcome.race.split("[")[0],
-        outcome.passed and proven,
+        name,
+        outcome.passed and barrier,
         f"{len(outcome.runs) - len(failed)}/{len(outcome.runs)} permutation runs passed, "
-        f"every one with a wait proven in pg_locks: {proven}",
+        f"every one parked at its hook barrier (advisory lock held by the controller): {barrier}",
+        mode,
+    )
+    contended = [(r, contention(r)) for r in outcome.runs]
+    proofs = [
+        f"{r.permutation}: {w[0]['step']} (pid {w[0]['pid']}) waited on {w[0]['locktype']} "
+        f"{w[0]['transactionid'] or w[0]['relation'] or ''} held by {w[0]['blocked_by'][0]} "
+        f"(pid {w[0]['blocked_by_pids'][0]})"
+        for r, w in contended
+        if w
+    ]
+    result.gate(
+        f"{name}_contention_proven",
+        bool(contended) and all(w for _, w in contended),
+        f"{len(proofs)}/{len(contended)} permutation runs proved a wait on another session's lock in "
+        f"pg_locks / pg_blocking_pids: " + "; ".join(proofs[:2]),
         mode,
     )
 

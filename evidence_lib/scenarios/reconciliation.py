@@ -7,10 +7,12 @@ current claims still settling, and other runs progressing meanwhile.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 from uuid import UUID
 
 import matplotlib.pyplot as plt
+import psycopg
 
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine import v1, v2
@@ -20,9 +22,11 @@ from evidence_lib.harness import Session
 from evidence_lib.harness.ab_flow import define_ab, read_step_message, step_of
 from evidence_lib.harness.faults import drop_route_queue, held_hook, kill_at_hook
 from evidence_lib.harness.snapshots import diff, snapshot
-from evidence_lib.harness.waits import wait_for_backoff, wait_for_lease_expiry
+from evidence_lib.harness.waits import WaitTimeout, wait_for_backoff, wait_for_lease_expiry
 from evidence_lib.pg.db import Conn, connect, one, rows
-from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server, timed
+from evidence_lib.scenarios.support import consistency
+from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, run_parts, single_database
+from evidence_lib.scenarios.support.setup import modes, scenario_server, timed
 from evidence_lib.workers.reconciler import Reconciler
 from evidence_lib.workers.v2 import V2Worker
 
@@ -33,19 +37,13 @@ def run(queue_modes: str = "flow,step", database_url: str = "", hooks: str = "")
     result = ScenarioResult(
         SCENARIO, "Reconciliation and poison isolation", {"queue_modes": queue_modes, "hooks": hooks}
     )
-    with result.capture_logs(), scenario_server(database_url) as server:
-        for mode in modes(queue_modes):
-            for part in (_rollback_and_restart, _poison, _takeover_attention):
-                with scenario_database(server, hooks=hooks) as url:
-                    try:
-                        part(result, url, mode)
-                    except Exception as exc:
-                        result.gate(
-                            f"{part.__name__.strip('_')}_ran_to_the_end",
-                            False,
-                            f"{type(exc).__name__}: {exc}",
-                            mode,
-                        )
+    with (
+        result.capture_logs(),
+        scenario_server(database_url) as server,
+        candidate_databases(server, hooks=hooks) as databases,
+    ):
+        run_parts(result, PARTS, databases, modes(queue_modes))
+    consistency.gates(result)
     _backoff_chart(result)
     result.timing_chart("phases", "Reconciliation: every phase (ms)")
     return result
@@ -76,8 +74,12 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
         # 1. a failing action rolls back entirely, is recorded durably, backs off
         run_id = _settled_a(conn, flow, "rec")
         conn.execute("set engine.hooks = 'reconcile.action:fail'")
+        raised = ""
         with timed(result, "reconcile with a failing action", mode=mode):
-            report = v2.reconcile(conn, run_id)
+            try:
+                report: v2.Report | None = v2.reconcile(conn, run_id)
+            except psycopg.Error as exc:  # the call must report the failure, not raise it
+                report, raised = None, f"the call raised [{exc.sqlstate}] {exc.diag.message_primary}"
         conn.execute("reset engine.hooks")
         b = _b_rows(conn, run_id)
         errors = rows(
@@ -87,9 +89,13 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
         result.gate(
             "failing_action_rolled_back_entirely",
             b == {"b_step": "created", "b_tasks": 0, "b_message": None}
+            and report is not None
             and report.actions == 0
             and not report.processed,
-            f"after the failure: B {b}; report {report.actions} actions, processed {report.processed}",
+            f"after the failure: B {b}; "
+            + (
+                raised or f"report {report.actions if report else '-'} actions, processed {report and report.processed}"
+            ),
             mode,
         )
         result.gate(
@@ -98,7 +104,7 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
             and errors[0]["sqlstate"] == SqlState.HOOK_FAILED
             and work["health"] == "backoff"
             and work["consecutive_errors"] == 1,
-            f"errors {errors}; health {work['health']}",
+            f"errors {errors}; health {work['health']}" + (f"; {raised}" if raised else ""),
             mode,
         )
         wait_for_backoff(conn, run_id)
@@ -110,15 +116,14 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
             mode,
         )
 
-        # 2. restart after committed progress: create_b commits, the next call dies mid-action
+        # 2. restart after committed progress (A's settlement): a reconciler dies mid-dispatch
         run_id = _settled_a(conn, flow, "rec")
-        first = v2.reconcile(conn, run_id, 1)
         victim = Session(url, "doomed_reconciler", hooks=["reconcile.action"])
         try:
             with (
                 connect(url, application_name="controller") as controller,
                 held_hook(controller, "reconcile.action") as key,
-                timed(result, "kill a reconciler parked after sending B", mode=mode),
+                timed(result, "kill a reconciler parked after dispatching B", mode=mode),
             ):
                 future = victim.send(lambda c: v2.reconcile(c, run_id))
                 kill = kill_at_hook(controller, "doomed_reconciler", "reconcile.action", key)
@@ -126,24 +131,25 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
         finally:
             victim.close()
         after_kill = _b_rows(conn, run_id)
+        b_queue = f"pgmq.q_{route(flow, 'B')}"
+        b_live = f"select count(*) from {b_queue} where message->>'run_id' = %s and message->>'step_slug' = 'B'"
+        live_after_kill = one(conn, b_live, (str(run_id),))
+        consistency.check(result, conn, mode, "a reconciler killed mid-dispatch")
         final = v2.reconcile(conn, run_id)
         b = _b_rows(conn, run_id)
-        queued_b = one(
-            conn,
-            f"select count(*) from pgmq.q_{route(flow, 'B')} where message->>'run_id' = %s",
-            (str(run_id),),
-        )
+        queued_b = one(conn, b_live, (str(run_id),))
         result.gate(
             "restart_after_committed_progress_creates_b_once",
-            first.actions == 1
-            and died
-            and after_kill["b_message"] is None
+            died
+            and after_kill == {"b_step": "created", "b_tasks": 0, "b_message": None}
+            and live_after_kill == 0
             and b["b_tasks"] == 1
             and queued_b == 1
+            and final.actions == 1
             and final.processed,
-            f"call 1 committed B's task; call 2 killed at {kill.point} (pid {kill.pid}, proven: "
-            f"{kill.proof[0].describe()}); after the kill B's message {after_kill['b_message']}; "
-            f"call 3: B tasks {b['b_tasks']}, B messages {queued_b}",
+            f"killed at {kill.point} (pid {kill.pid}, proven: {kill.proof[0].describe()}): B left "
+            f"{after_kill}, B messages {live_after_kill}; the next call: {final.actions} action, B tasks "
+            f"{b['b_tasks']}, B messages {queued_b}",
             mode,
         )
 
@@ -153,6 +159,7 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
         v2.settle(conn, grant_b.claim_id, "completed", "b")
         dirty = v2.work_row(conn, run_id)
         done = v2.reconcile(conn, run_id)
+        consistency.check(result, conn, mode, "B settled and the run reconciled")
         result.gate(
             "settlement_redirties_and_reconcile_finishes",
             dirty["requested_generation"] == dirty["processed_generation"] + 1 and done.run_status == "completed",
@@ -162,12 +169,16 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
         )
 
 
+POISON_DEADLINE = 30.0  # seconds: backoffs of 1 s and 2 s, then attention; a liveness bound
+
+
 def _poison(result: ScenarioResult, url: str, mode: QueueMode) -> None:
     with connect(url, application_name="poison") as conn:
         flow = define_ab(conn, "poison", mode)
         healthy_flow = define_ab(conn, "healthy", mode)
         poisoned = _settled_a(conn, flow, "poison")
         others = [v2.start_run(conn, "healthy", {"i": i}) for i in range(5)]
+        consistency.check(result, conn, mode, "before the route queue is dropped")
         watched = [q for q in {route(healthy_flow, "A"), route(healthy_flow, "B")}]
         drop_route_queue(conn, route(flow, "B"))  # behind the engine's back
         reconciler = Reconciler(url, poll_interval=0.02, name="driver")
@@ -179,7 +190,14 @@ def _poison(result: ScenarioResult, url: str, mode: QueueMode) -> None:
                 V2Worker.serving(url, healthy_flow, step_of(healthy_flow, "B"), name="healthy_b") as wb,
                 timed(result, "poisoned run to attention while 5 others complete", mode=mode),
             ):
+                deadline = time.monotonic() + POISON_DEADLINE
                 while True:
+                    if time.monotonic() > deadline:
+                        raise WaitTimeout(
+                            f"within {POISON_DEADLINE:.0f} s the poisoned run did not reach attention "
+                            f"(health {v2.work_row(conn, poisoned)['health']}) or the {len(others)} other runs "
+                            "did not complete"
+                        )
                     wa.poll(wait_for_handlers=True)
                     wb.poll(wait_for_handlers=True)
                     done = one(
@@ -212,10 +230,15 @@ def _poison(result: ScenarioResult, url: str, mode: QueueMode) -> None:
                 }
             )
         result.append_rows("engine_errors", backoffs)
+        half_done = _b_rows(conn, poisoned)
         result.gate(
             "durable_errors_then_attention_after_3",
-            len(errors) == 3 and work["health"] == "attention" and {e["sqlstate"] for e in errors} == {"42P01"},
-            f"{len(errors)} errors ({', '.join(e['sqlstate'] for e in errors)}); health {work['health']}",
+            len(errors) == 3
+            and work["health"] == "attention"
+            and {e["sqlstate"] for e in errors} == {"42P01"}
+            and half_done == {"b_step": "created", "b_tasks": 0, "b_message": None},
+            f"{len(errors)} errors ({', '.join(e['sqlstate'] for e in errors)}); health {work['health']}; "
+            f"B after the failed dispatches: {half_done}",
             mode,
         )
         gaps = [
@@ -279,6 +302,7 @@ def _takeover_attention(result: ScenarioResult, url: str, mode: QueueMode) -> No
             mode,
         )
         receipt = v2.settle(conn, second.claim_id, "completed", {"a": "settled under attention"})
+        consistency.check(result, conn, mode, "settled under attention")
         result.gate(
             "valid_current_claim_still_settles",
             receipt.verdict == "accepted",
@@ -304,3 +328,10 @@ def _backoff_chart(result: ScenarioResult) -> None:
     ax.legend()
     fig.tight_layout()
     result.chart("backoff", fig)
+
+
+PARTS = [
+    PartSpec("rollback_and_restart", single_database(_rollback_and_restart)),
+    PartSpec("poison", single_database(_poison)),
+    PartSpec("takeover_attention", single_database(_takeover_attention)),
+]

@@ -7,6 +7,7 @@ gets `conflict` and writes nothing.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from evidence_lib.bundle.result import ScenarioResult
@@ -17,7 +18,9 @@ from evidence_lib.harness.ab_flow import step_of
 from evidence_lib.harness.faults import LostAckProxy, proxy_summary, xact_status
 from evidence_lib.harness.snapshots import diff, snapshot
 from evidence_lib.pg.db import connect, one
-from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server, timed
+from evidence_lib.scenarios.support import consistency
+from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, run_parts, single_database
+from evidence_lib.scenarios.support.setup import modes, scenario_server, timed
 from evidence_lib.workers.reconciler import Reconciler
 from evidence_lib.workers.v2 import V2Worker
 
@@ -28,15 +31,20 @@ def run(queue_modes: str = "flow,step", repeat: int = 3, database_url: str = "",
     result = ScenarioResult(
         SCENARIO, "Response-loss replay", {"queue_modes": queue_modes, "repeat": repeat, "hooks": hooks}
     )
-    with result.capture_logs(), scenario_server(database_url) as server:
-        for mode in modes(queue_modes):
-            with scenario_database(server, hooks=hooks) as url:
-                try:
-                    _prove(result, url, mode, repeat)
-                except Exception as exc:
-                    result.gate("scenario_ran_to_the_end", False, f"{type(exc).__name__}: {exc}", mode)
+    with (
+        result.capture_logs(),
+        scenario_server(database_url) as server,
+        candidate_databases(server, hooks=hooks) as databases,
+    ):
+        run_parts(result, parts(repeat), databases, modes(queue_modes))
+    consistency.gates(result)
     result.timing_chart("phases", "Response-loss replay: every settlement (ms)")
     return result
+
+
+def parts(repeat: int = 3) -> list[PartSpec]:
+    """The scenario's parts; `repeat` lost acknowledgements per queue mode."""
+    return [PartSpec("replay", single_database(partial(_prove, repeat=repeat)))]
 
 
 def _flow(url: str, mode: QueueMode) -> Any:
@@ -100,12 +108,14 @@ def _prove(result: ScenarioResult, url: str, mode: QueueMode, repeat: int) -> No
                     "rows_changed_by_conflict": sum(len(d.added) + len(d.removed) for d in changed.values()),
                 }
             )
+            consistency.check(result, conn, mode, f"lost ack #{attempt} replayed")
         with V2Worker(url, flow, step_of(flow, "B"), name="loss_worker_b") as worker_b:
             for _ in range(repeat + 2):
                 Reconciler(url).drain()
                 worker_b.poll(wait_for_handlers=True)
             Reconciler(url).drain()
         completed = one(conn, "select count(*) from engine.runs where status = 'completed'")
+        consistency.check(result, conn, mode, "every run reconciled")
     result.append_rows("replays", rows)
     ok = [r for r in rows if r["client_view"] == "indeterminate" and r["pg_xact_status"] == "committed"]
     result.gate(

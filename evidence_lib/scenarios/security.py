@@ -11,16 +11,19 @@ Three parts, every gate read back from the catalog or from what a real login cou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, get_args
 
 import psycopg
 
 from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.engine.flows import QueueMode
 from evidence_lib.engine.roles import Role, may_execute
 from evidence_lib.harness.snapshots import diff, snapshot
 from evidence_lib.pg.db import Conn, connect, one, rows
 from evidence_lib.scenarios import shadowing
-from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server
+from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, modeless, run_parts, single_database
+from evidence_lib.scenarios.support.setup import modes, scenario_server
 
 SCENARIO = "09_security"
 SAFE_PATH = "search_path=pg_catalog, pg_temp"
@@ -30,22 +33,21 @@ TABLE_PRIVILEGES = ("select", "insert", "update", "delete", "truncate")
 
 def run(queue_modes: str = "flow,step", database_url: str = "", hooks: str = "") -> ScenarioResult:
     result = ScenarioResult(SCENARIO, "Security", {"queue_modes": queue_modes, "hooks": hooks})
-    with result.capture_logs(), scenario_server(database_url) as server:
-        with scenario_database(server, hooks=hooks) as url, connect(url) as conn:
-            _guard(result, "search_path", lambda: check_search_path(result, conn))
-            _guard(result, "privileges", lambda: check_grants(result, conn))
-            _guard(result, "refusals", lambda: check_refusals(result, conn, url))
-        for mode in modes(queue_modes):
-            with scenario_database(server, hooks=hooks) as url, connect(url) as conn:
-                _guard(result, f"shadowing_{mode}", lambda c=conn, u=url, m=mode: check_shadowing(result, c, u, m))
+    with (
+        result.capture_logs(),
+        scenario_server(database_url) as server,
+        candidate_databases(server, hooks=hooks) as databases,
+    ):
+        run_parts(result, PARTS, databases, modes(queue_modes))
     return result
 
 
-def _guard(result: ScenarioResult, name: str, fn: Any) -> None:
-    try:
-        fn()
-    except Exception as exc:
-        result.gate(f"{name}_ran_to_the_end", False, f"{type(exc).__name__}: {exc}")
+def _connected(fn: Callable[[ScenarioResult, Conn], None]) -> Callable[[ScenarioResult, str], None]:
+    def part(result: ScenarioResult, url: str) -> None:
+        with connect(url) as conn:
+            fn(result, conn)
+
+    return part
 
 
 def check_search_path(result: ScenarioResult, conn: Conn) -> None:
@@ -156,9 +158,14 @@ def _refused(probe: Conn, owner: Conn, statement: str) -> dict[str, Any]:
     return {"sqlstate": sqlstate, "rows_changed": rows_changed, "ok": sqlstate == "42501" and rows_changed == 0}
 
 
-def check_shadowing(result: ScenarioResult, conn: Conn, url: str, mode: str) -> None:
+def check_shadowing(result: ScenarioResult, url: str, mode: QueueMode) -> None:
     """Gates per security definer function: the attack through it escalates nothing; and every
     security definer function of the catalog has an attack."""
+    with connect(url) as conn:
+        _shadowing(result, conn, url, mode)
+
+
+def _shadowing(result: ScenarioResult, conn: Conn, url: str, mode: QueueMode) -> None:
     functions = shadowing.security_definer_functions(conn)
     missing = sorted(set(functions) - set(shadowing.RECIPES))
     result.gate(
@@ -167,8 +174,7 @@ def check_shadowing(result: ScenarioResult, conn: Conn, url: str, mode: str) -> 
         f"{len(functions)} security definer functions; without an attack: {', '.join(missing) or 'none'}",
         mode,
     )
-    queue_mode = modes(mode)[0]
-    attacks = [shadowing.attack(conn, url, f, queue_mode) for f in sorted(set(functions) & set(shadowing.RECIPES))]
+    attacks = [shadowing.attack(conn, url, f, mode) for f in sorted(set(functions) & set(shadowing.RECIPES))]
     result.append_rows("shadowing_attacks", [a.row() for a in attacks])
     for a in attacks:
         result.gate(
@@ -179,3 +185,16 @@ def check_shadowing(result: ScenarioResult, conn: Conn, url: str, mode: str) -> 
             f"{', '.join(a.queue_columns_changed) or 'none'}",
             mode,
         )
+
+
+def _refusals(result: ScenarioResult, url: str) -> None:
+    with connect(url) as conn:
+        check_refusals(result, conn, url)
+
+
+PARTS = [
+    PartSpec("search_path", modeless(_connected(check_search_path)), per_mode=False),
+    PartSpec("privileges", modeless(_connected(check_grants)), per_mode=False),
+    PartSpec("refusals", modeless(_refusals), per_mode=False),
+    PartSpec("shadowing", single_database(check_shadowing)),
+]

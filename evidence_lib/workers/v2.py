@@ -220,7 +220,7 @@ class V2Worker(WorkerBase):
         step = self.flow.step_def(grant.step_slug)
         outcome: v2.Outcome = "completed"
         try:
-            result: Json = ensure_json(step.handler(grant.input))
+            result: Json = self.encode_result(step.handler(grant.input))
         except Exception as exc:
             self.stats.handler_errors += 1
             error = exc if isinstance(exc, HandlerError) else HandlerError(f"{type(exc).__name__}: {exc}")
@@ -236,6 +236,18 @@ class V2Worker(WorkerBase):
             )
             return
         self.settle(grant, outcome, result)
+
+    # -- seams: documented points where the negative controls put a realistic worker defect ---
+
+    def encode_result(self, value: Json) -> Json:
+        """The handler's value as it is settled: exactly as returned (`None` is JSON null;
+        0, false, "", [] and {} stay what they are)."""
+        return ensure_json(value)
+
+    def resubmission(self, outcome: v2.Outcome, result: Json) -> tuple[v2.Outcome, Json]:
+        """What is resubmitted after a transport error: the same settlement. A transport error
+        is never a handler failure."""
+        return outcome, result
 
     def settle(self, grant: v2.Grant, outcome: v2.Outcome, result: Json) -> SettlementRecord:
         """Settle `grant` within its lease horizon; transport errors resubmit the same settlement."""
@@ -260,6 +272,8 @@ class V2Worker(WorkerBase):
                 break
             record.attempts.append(self._attempt(attempt, grant, outcome, result))
             last = record.attempts[-1]
+            if last.result == "transport_error":
+                outcome, result = self.resubmission(outcome, result)
             if last.result == "receipt":
                 record.final = str(last.verdict)
                 break

@@ -1,5 +1,5 @@
--- engine.v2_reconcile: max_actions refused out of range; a partial chunk marks nothing
--- processed; the next call finishes and B is queued once.
+-- engine.v2_reconcile: max_actions refused out of range; one action dispatches B whole (its
+-- step state, task and message) and marks the generation processed; a second call does nothing.
 begin;
 select plan(4);
 
@@ -12,8 +12,8 @@ create temp table t_grant as
 select engine.v2_settle((select claim_id from t_grant), 'completed', '{"a": 0}');
 
 select throws_ok(format($$select engine.v2_reconcile(%L, 0)$$, (select run_id from t_run)), 'DR008', null, 'max_actions 0: DR008');
-select is((engine.v2_reconcile((select run_id from t_run), 1)).processed, false, 'one action of two: not processed');
-select is((engine.v2_reconcile((select run_id from t_run))).processed, true, 'then processed');
+select is((engine.v2_reconcile((select run_id from t_run), 1)).processed, true, 'one action dispatches B, then processed');
+select is((engine.v2_reconcile((select run_id from t_run))).actions, 0, 'a second call finds nothing to do');
 select is((select count(*)::int from pgmq.q_ab where message->>'step_slug' = 'B'), 1, 'B queued once');
 
 select * from finish();

@@ -41,6 +41,13 @@ def run_state(conn: Conn, flow: AnyFlow, run_id: UUID, step: str = "") -> dict[s
     assert row is not None, f"no run {run_id}"
     state: dict[str, Any] = {"step": step, **dict(zip(names, row, strict=True))}
     queue_a, queue_b = route(flow, "A"), route(flow, "B")
+    state["b_live"] = int(
+        one(
+            conn,
+            f"select count(*) from pgmq.q_{queue_b} where message->>'run_id' = %s and message->>'step_slug' = 'B'",
+            (str(run_id),),
+        )
+    )
     if queue_a == queue_b:
         state["queue"], state["archived"] = queue_counts(conn, queue_a, run_id)
     else:

@@ -1,0 +1,192 @@
+"""Scenario 10, negative controls: the suite proves that its gates can turn red.
+
+For each mutant of the catalogue: a scratch database cloned from the migrated candidate with
+the mutant's patch applied on top (as a real change would ship), and, for each part the
+mutant targets, the very part the scenario notebooks run (not a copy), on clones of that
+database. A mutant is killed when a gate of its targets turns red, and every gate it names
+must be among them; the candidate runs the same parts and stays green. Each target runs under
+a deadline of seconds: a mutant that makes a part hang is cut off (its sessions terminated)
+and reported as killed by the deadline, never left to a notebook's cell timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from evidence_lib.bundle.result import Gate, ScenarioResult
+from evidence_lib.pg import db
+from evidence_lib.pg.db import Server, connect
+from evidence_lib.scenarios import (
+    ab_proof,
+    admission,
+    queue_identity,
+    races,
+    reconciliation,
+    response_loss,
+    security,
+)
+from evidence_lib.scenarios.controls.apply import patch_diff, patch_sql, seam
+from evidence_lib.scenarios.controls.catalogue import Mutant, Target, catalogue
+from evidence_lib.scenarios.support import consistency
+from evidence_lib.scenarios.support.parts import PartSpec, clones, migrated_template, run_part
+from evidence_lib.scenarios.support.setup import scenario_server
+
+SCENARIO = "10_negative_controls"
+PARTS: dict[str, Callable[[], list[PartSpec]]] = {
+    "ab_proof": lambda: ab_proof.PARTS,
+    "response_loss": lambda: response_loss.parts(repeat=1),
+    "races": lambda: races.parts(repeat=1),
+    "reconciliation": lambda: reconciliation.PARTS,
+    "queue_identity": lambda: queue_identity.PARTS,
+    "admission": lambda: admission.PARTS,
+    "security": lambda: security.PARTS,
+}
+
+
+@dataclass
+class TargetRun:
+    """One target part run against one database template (the candidate's or a mutant's)."""
+
+    target: Target
+    gates: list[Gate] = field(default_factory=list)
+    seconds: float = 0.0
+    deadline_hit: bool = False
+
+    @property
+    def red(self) -> list[str]:
+        return [g.name for g in self.gates if not g.passed]
+
+    @property
+    def missing(self) -> list[str]:
+        """Gates the target names that did not turn red."""
+        return [name for name in self.target.gates if name not in self.red]
+
+
+def find_part(target: Target) -> PartSpec:
+    for spec in PARTS[target.scenario]():
+        if spec.name == target.part:
+            return spec
+    raise KeyError(f"scenario {target.scenario} has no part {target.part}")
+
+
+def run_target(server: Server, template: str, target: Target, deadline: float, tag: str) -> TargetRun:
+    """Run one target part on clones of `template` within `deadline` seconds."""
+    spec = find_part(target)
+    sub = ScenarioResult(target.scenario, target.part, {})
+    prefix = f"nc{tag}"
+    started = time.perf_counter()
+    worker = threading.Thread(
+        target=lambda: run_part(sub, spec, clones(server, template, prefix=prefix), target.mode),
+        name=f"control-{tag}",
+        daemon=True,
+    )
+    worker.start()
+    worker.join(deadline)
+    hit = worker.is_alive()
+    if hit:  # cut the part off: its sessions die, its calls raise, its thread ends
+        _terminate(server, prefix)
+        worker.join(10)
+        sub.gate("finished_within_the_deadline", False, f"still running after {deadline:.0f} s; sessions terminated")
+    if consistency.TABLE in sub.tables:
+        consistency.gates(sub)
+    return TargetRun(target, list(sub.gates), time.perf_counter() - started, hit)
+
+
+def _terminate(server: Server, prefix: str) -> None:
+    with server.admin() as conn:
+        conn.execute(
+            "select pg_terminate_backend(pid) from pg_stat_activity where datname like %s and pid <> pg_backend_pid()",
+            (f"{prefix}\\_%",),
+        )
+
+
+@contextlib.contextmanager
+def mutant_template(server: Server, candidate: str, mutant: Mutant) -> Iterator[str]:
+    """A clone of the candidate template with the mutant's patch applied; yields its name."""
+    with db.scratch_database(server, template=candidate, prefix="nc_mut") as url:
+        patch = patch_sql(mutant)
+        if patch:
+            with connect(url, application_name="mutant") as conn, conn.transaction():
+                conn.execute(patch.encode())
+        yield db.database_name(url)
+
+
+def _label(target: Target) -> str:
+    return f"{target.scenario}/{target.part}" + (f" [{target.mode}]" if target.mode else "")
+
+
+def run(mutants: str = "", deadline: float = 30.0, database_url: str = "") -> ScenarioResult:
+    """Run the candidate and every mutant (or those named in `mutants`, comma-separated)."""
+    chosen = [m for m in catalogue() if not mutants or m.name in {n.strip() for n in mutants.split(",")}]
+    result = ScenarioResult(SCENARIO, "Negative controls", {"mutants": mutants, "deadline": deadline})
+    with (
+        result.capture_logs(),
+        scenario_server(database_url) as server,
+        migrated_template(server, prefix="nc_cand") as candidate,
+    ):
+        targets = list({_label(t): t for m in chosen for t in m.targets}.values())
+        for i, target in enumerate(targets):
+            run_ = run_target(server, candidate, target, deadline, f"c{i}")
+            result.append_rows("candidate", [_target_row("candidate", run_)])
+            result.gate(
+                f"candidate_is_green_in_{target.scenario}_{target.part}",
+                not run_.red and bool(run_.gates),
+                f"{len(run_.gates)} gates, red: {', '.join(run_.red) or 'none'} ({run_.seconds:.1f} s)",
+                target.mode or "",
+            )
+        for i, mutant in enumerate(chosen):
+            _control(result, server, candidate, mutant, deadline, f"m{i}")
+    killed = sum(1 for g in result.gates if g.name.startswith("mutant_") and g.passed)
+    result.headline = f"negative controls: {killed} of {len(chosen)} killed"
+    result.notes.insert(0, result.headline)
+    return result
+
+
+def _control(result: ScenarioResult, server: Server, candidate: str, mutant: Mutant, deadline: float, tag: str) -> None:
+    started = time.perf_counter()
+    runs: list[TargetRun] = []
+    with mutant_template(server, candidate, mutant) as template, seam(mutant):
+        for j, target in enumerate(mutant.targets):
+            runs.append(run_target(server, template, target, deadline, f"{tag}t{j}"))
+    red = [f"{_label(r.target)}: {name}" for r in runs for name in r.red]
+    missing = [f"{_label(r.target)}: {name}" for r in runs for name in r.missing]
+    verdict = "survived" if not red else ("killed" if not missing else "killed, but not by its expected gate")
+    result.append_rows(
+        "mutants",
+        [
+            {
+                "mutant": mutant.name,
+                "breaks": mutant.breaks,
+                "verdict": verdict,
+                "red_gates": "; ".join(red),
+                "expected_red": "; ".join(f"{_label(t)}: {', '.join(t.gates)}" for t in mutant.targets),
+                "expected_but_green": "; ".join(missing),
+                "deadline_hit": any(r.deadline_hit for r in runs),
+                "seconds": round(time.perf_counter() - started, 1),
+            }
+        ],
+    )
+    result.append_rows("patches", [{"mutant": mutant.name, "patch": patch_diff(mutant)}])
+    result.append_rows("target_runs", [_target_row(mutant.name, r) for r in runs])
+    result.gate(
+        f"mutant_{mutant.name}_killed",
+        bool(red) and not missing,
+        f"{verdict}: red {', '.join(red[:4]) or 'nothing'}"
+        + (f"; expected red but green: {', '.join(missing)}" if missing else "")
+        + (" (cut off by the deadline)" if any(r.deadline_hit for r in runs) else ""),
+    )
+
+
+def _target_row(subject: str, run_: TargetRun) -> dict[str, object]:
+    return {
+        "subject": subject,
+        "target": _label(run_.target),
+        "gates": len(run_.gates),
+        "red": ", ".join(run_.red),
+        "seconds": round(run_.seconds, 2),
+        "deadline_hit": run_.deadline_hit,
+    }

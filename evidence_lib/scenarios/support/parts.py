@@ -1,0 +1,112 @@
+"""Scenario parts: the unit of evidence that both a scenario and the negative controls run.
+
+A part is `fn(result, databases, mode)`: it takes fresh databases from `databases()` (each a
+clone of a migrated template: the candidate's, or a mutant's in the negative controls), does
+its work, and records gates in `result`. A scenario's `run` runs its parts on candidate
+databases; the negative-controls scenario runs the same parts, not copies, on mutant ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.engine.flows import QueueMode
+from evidence_lib.pg import db, migrate
+from evidence_lib.pg.db import Server, connect
+
+Databases = Callable[[], AbstractContextManager[str]]
+Part = Callable[[ScenarioResult, Databases, QueueMode], None]
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """A named part; `per_mode` parts run once per queue mode, the others once (mode "")."""
+
+    name: str
+    fn: Part
+    per_mode: bool = True
+
+
+def single_database(fn: Callable[[ScenarioResult, str, QueueMode], None]) -> Part:
+    """A part that needs one fresh database."""
+
+    def part(result: ScenarioResult, databases: Databases, mode: QueueMode) -> None:
+        with databases() as url:
+            fn(result, url, mode)
+
+    return part
+
+
+def modeless(fn: Callable[[ScenarioResult, str], None]) -> Part:
+    """A part that needs one fresh database and no queue mode."""
+
+    def part(result: ScenarioResult, databases: Databases, mode: QueueMode) -> None:
+        with databases() as url:
+            fn(result, url)
+
+    return part
+
+
+def run_part(result: ScenarioResult, spec: PartSpec, databases: Databases, mode: QueueMode | None) -> None:
+    """Run one part; an exception becomes the red gate `<part>_ran_to_the_end` naming it."""
+    try:
+        spec.fn(result, databases, mode or "flow")
+    except Exception as exc:
+        result.gate(f"{spec.name}_ran_to_the_end", False, f"{type(exc).__name__}: {exc}", mode or "")
+
+
+def run_parts(
+    result: ScenarioResult, parts: list[PartSpec], databases: Databases, queue_modes: list[QueueMode]
+) -> None:
+    """Every part: the once-only parts first, then each per-mode part in every mode."""
+    for spec in parts:
+        if not spec.per_mode:
+            run_part(result, spec, databases, None)
+    for mode in queue_modes:
+        for spec in parts:
+            if spec.per_mode:
+                run_part(result, spec, databases, mode)
+
+
+@contextlib.contextmanager
+def migrated_template(server: Server, *, prefix: str = "tmpl", patch: str = "") -> Iterator[str]:
+    """A database with the candidate migrations applied (and `patch` run on top, in one
+    transaction), to clone from; dropped afterwards. Yields its name."""
+    with db.scratch_database(server, prefix=prefix) as url:
+        migrate.apply_migrations(url)
+        if patch:
+            with connect(url, application_name="patch") as conn, conn.transaction():
+                conn.execute(patch.encode())
+        yield db.database_name(url)
+
+
+def clones(server: Server, template: str, *, hooks: str = "", prefix: str = "ev") -> Databases:
+    """Fresh databases cloned from `template`; `hooks` arms test hooks for every session of
+    each clone (only to prove that a gate can turn red)."""
+
+    @contextlib.contextmanager
+    def database() -> Iterator[str]:
+        with db.scratch_database(server, template=template, prefix=prefix) as url:
+            if hooks:
+                with connect(url) as conn:
+                    conn.execute(
+                        sql.SQL("alter database {} set engine.hooks = {}").format(
+                            sql.Identifier(db.database_name(url)), sql.Literal(hooks)
+                        )
+                    )
+            yield url
+
+    return database
+
+
+@contextlib.contextmanager
+def candidate_databases(server: Server, *, hooks: str = "", prefix: str = "ev") -> Iterator[Databases]:
+    """Clones of one freshly migrated candidate template, for a scenario's parts."""
+    with migrated_template(server, prefix=f"{prefix}_tmpl") as template:
+        yield clones(server, template, hooks=hooks, prefix=prefix)
