@@ -22,6 +22,7 @@ from evidence_lib.engine.roles import Role, may_execute
 from evidence_lib.harness.snapshots import diff, snapshot
 from evidence_lib.pg.db import Conn, connect, one, rows
 from evidence_lib.scenarios import shadowing
+from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, modeless, run_parts, single_database
 from evidence_lib.scenarios.support.setup import modes, scenario_server
 
@@ -39,6 +40,7 @@ def run(queue_modes: str = "flow,step", database_url: str = "", hooks: str = "")
         candidate_databases(server, hooks=hooks) as databases,
     ):
         run_parts(result, PARTS, databases, modes(queue_modes))
+    consistency.gates(result)
     return result
 
 
@@ -176,6 +178,7 @@ def _shadowing(result: ScenarioResult, conn: Conn, url: str, mode: QueueMode) ->
     )
     attacks = [shadowing.attack(conn, url, f, mode) for f in sorted(set(functions) & set(shadowing.RECIPES))]
     result.append_rows("shadowing_attacks", [a.row() for a in attacks])
+    consistency.check(result, conn, mode, "every shadowing attack")
     for a in attacks:
         result.gate(
             f"shadowing_through_{a.function}_as_{a.role}_escalates_nothing",

@@ -17,6 +17,20 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
         edits=(Edit(SETTLE, "= (v2_settle.outcome, v2_settle.result)", "= (v2_settle.outcome, v_settlement.result)"),),
     ),
     Mutant(
+        "settle_replay_writes_again",
+        "CONTRACT 5 settle: replayed returns the recorded receipt and writes nothing",
+        (Target("admission", "settlement_verdicts", ("settlement_verdict_replayed_writes_exactly_what_it_must",)),),
+        edits=(
+            Edit(
+                SETTLE,
+                "  if v_settlement.claim_id is not null then\n",
+                "  if v_settlement.claim_id is not null then\n"
+                "    update engine.task_settlements as s set settled_at = pg_catalog.clock_timestamp()\n"
+                "     where s.claim_id = v2_settle.claim_id;\n",
+            ),
+        ),
+    ),
+    Mutant(
         "settle_accepts_a_revoked_claim",
         "CONTRACT 5 settle: stale when the claim was revoked by a takeover, writes nothing",
         (Target("admission", "stale_verdict", ("settlement_verdict_stale_writes_exactly_what_it_must",)),),
