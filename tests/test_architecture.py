@@ -32,6 +32,7 @@ SCENARIO_IMPORTERS = {
     "tests/test_security.py",
     "tests/test_v2_stress.py",
     "tests/test_negative_controls.py",
+    "tests/test_worker_outages.py",
 }
 MAX_LINES = 400
 

@@ -53,6 +53,7 @@ def test_smoke_run_of_every_notebook(server: Server, tmp_path: Path) -> None:
         "backlog": 300,
         "probes": 10,
         "soak_runs": 100,
+        "restart_runs": 0,
         "threads": 12,
         "mutants": "settle_does_not_archive_the_message,claim_without_row_locks,public_may_settle",
     }

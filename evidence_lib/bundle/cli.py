@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from evidence_lib.errors import EvidenceError
 from evidence_lib.pg import db, migrate, pgtap, schema_sync
@@ -79,6 +81,48 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     )
 
 
+def _load_flows(spec: str) -> dict[str, Any]:
+    """`module:attribute` naming a Flow, or a list/tuple/dict of them, with their handlers."""
+    import importlib
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise EvidenceError(f"--handlers {spec!r} is not module:attribute (e.g. examples.moderation.pipeline:FLOW)")
+    value = getattr(importlib.import_module(module_name), attribute)
+    flows = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else [value]
+    return {flow.slug: flow for flow in flows}
+
+
+def cmd_takeover(args: argparse.Namespace) -> int:
+    from evidence_lib.workers.takeover import take_over_expired
+
+    if not args.expired:
+        print("takeover needs --expired (it only takes over claims past their lease horizon)", file=sys.stderr)
+        return 2
+    url = args.database_url or os.environ.get("DATABASE_URL") or ""
+    if not url:
+        print("takeover needs --database-url or DATABASE_URL: the server whose claims to take over", file=sys.stderr)
+        return 2
+    if not args.dry_run and not args.handlers:
+        print(
+            "a takeover hands the task to this process, which must run the step's handler: name the flow "
+            "definitions with --handlers module:attribute, or list the expired claims with --dry-run",
+            file=sys.stderr,
+        )
+        return 2
+    flows = _load_flows(args.handlers) if args.handlers else {}
+    report = take_over_expired(url, flows=flows, flow_slug=args.flow, dry_run=args.dry_run)
+    for outcome in report.outcomes:
+        row = outcome.row()
+        print(" ".join(f"{k}={v}" for k, v in row.items() if v != ""))
+    print(
+        f"takeover: {len(report.outcomes)} expired claim(s); taken over {report.count('taken_over')}, "
+        f"attention {report.count('attention')}, refused {report.count('refused')}, "
+        f"without a handler {report.count('no_handler')}" + (" (dry run)" if args.dry_run else "")
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m evidence_lib")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backlog", type=int, default=10_000, help="queued A messages in the starvation experiment")
     p.add_argument("--soak-runs", type=int, default=1000, help="runs per soak and queue mode")
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("takeover", help="take over claims past their lease horizon, once each (operators)")
+    p.add_argument("--database-url", default=None, help="the server (default: $DATABASE_URL)")
+    p.add_argument("--expired", action="store_true", help="take over the claims past their lease horizon")
+    p.add_argument("--flow", default=None, help="only claims of this flow slug")
+    p.add_argument("--handlers", default="", help="module:attribute of the flow definition(s) whose handlers run")
+    p.add_argument("--dry-run", action="store_true", help="list the expired claims, change nothing")
+    p.set_defaults(func=cmd_takeover)
     p = sub.add_parser("evidence", help="run the evidence scenarios and write a bundle")
     _server_args(p)
     p.add_argument("--scenarios", default="", help="comma-separated scenario names (default: all)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -33,6 +34,7 @@ from evidence_lib.bundle.writer import (
 )
 from evidence_lib.errors import EvidenceError
 from evidence_lib.pg import db, migrate, schema_sync
+from evidence_lib.pg.control import ENV as control_env
 
 NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
 SCENARIOS: dict[str, str] = {
@@ -234,6 +236,8 @@ def run_evidence(
             "started_at": started.isoformat(),
             "kernel": KERNEL_NAME,
         }
+        if server.control is not None:  # the notebooks may crash and restart the server this run owns
+            os.environ[control_env] = server.control.to_env()
         for stem in selected.values():
             run = NotebookRun(
                 scenario=stem,
@@ -264,6 +268,7 @@ def run_evidence(
                 + (f" error: {run.error}" if run.error else ""),
                 flush=True,
             )
+    os.environ.pop(control_env, None)
     manifest["finished_at"] = dt.datetime.now(dt.UTC).isoformat()
     manifest["passed"] = bool(runs) and all(r.passed for r in runs)
     manifest["notebooks"] = [r.__dict__ | {"passed": r.passed} for r in runs]

@@ -30,6 +30,7 @@ import psycopg
 from psycopg import conninfo, sql
 
 from evidence_lib.errors import EvidenceError
+from evidence_lib.pg.control import ServerControl
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -48,6 +49,7 @@ class Server:
     maintenance_url: str
     kind: Literal["embedded", "external"]
     data_dir: Path | None = None
+    control: ServerControl | None = None  # set when this suite owns the server (it may crash it)
 
     def url(self, dbname: str) -> str:
         """The connection string of database `dbname` on this server."""
@@ -88,7 +90,8 @@ def open_server(database_url: str | None = None, *, fast: bool = False) -> Itera
     if url:
         with connect(url, application_name="evidence_probe"):
             pass
-        yield Server(maintenance_url=url, kind="external")
+        control = ServerControl.from_env(url)  # the runner's own throwaway server, handed down
+        yield Server(maintenance_url=url, kind="embedded" if control else "external", control=control)
         return
     with _embedded_server(fast=fast) as server:
         yield server
@@ -136,7 +139,15 @@ def _embedded_server(*, fast: bool) -> Iterator[Server]:
             log = pgdata / "log"
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             raise ServerUnavailable(f"the embedded PostgreSQL did not start in {pgdata}: {exc}\n{tail}") from exc
-        server = Server(maintenance_url=handle.get_uri(), kind="embedded", data_dir=pgdata)
+        uri = handle.get_uri()
+        control = ServerControl(
+            bin_dir=str(POSTGRES_BIN_PATH),
+            data_dir=str(pgdata),
+            socket_dir=str(conninfo.conninfo_to_dict(uri).get("host") or ""),
+            log=str(handle.log),
+            user=user or None,
+        )
+        server = Server(maintenance_url=uri, kind="embedded", data_dir=pgdata, control=control)
         if fast:
             with server.admin() as conn:
                 for name, value in FAST_SETTINGS.items():

@@ -19,6 +19,7 @@ from evidence_lib.bench import throughput
 from evidence_lib.bench.starvation import run_starvation
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.pg.db import Server, connect, rows
+from evidence_lib.scenarios.performance_restart import restart_soak
 from evidence_lib.scenarios.soak import run_soak
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.setup import modes, scenario_database, scenario_server
@@ -37,6 +38,7 @@ def run(
     soak_workers: int = 4,
     soak_reconcilers: int = 2,
     fault_rate: float = 0.02,
+    restart_runs: int = 300,
     queue_modes: str = "flow,step",
     database_url: str = "",
     hooks: str = "",
@@ -54,6 +56,7 @@ def run(
             "soak_workers": soak_workers,
             "soak_reconcilers": soak_reconcilers,
             "fault_rate": fault_rate,
+            "restart_runs": restart_runs,
             "queue_modes": queue_modes,
             "hooks": hooks,
         },
@@ -69,6 +72,7 @@ def run(
             lambda: _throughput(result, server, workers, seconds, hooks),
             lambda: _starvation(result, server, backlog, probes, a_ms),
             lambda: _soak(result, server, queue_modes, soak_runs, soak_workers, soak_reconcilers, fault_rate, hooks),
+            lambda: restart_soak(result, server, queue_modes, restart_runs, hooks),
         ]
         for i, part in enumerate(parts, 1):
             try:

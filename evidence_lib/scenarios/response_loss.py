@@ -17,9 +17,11 @@ from evidence_lib.engine.jsontypes import Json
 from evidence_lib.harness.ab_flow import step_of
 from evidence_lib.harness.faults import LostAckProxy, proxy_summary, xact_status
 from evidence_lib.harness.snapshots import diff, snapshot
+from evidence_lib.pg import db
 from evidence_lib.pg.db import connect, one
+from evidence_lib.scenarios.restart_fault import run_restart
 from evidence_lib.scenarios.support import consistency
-from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, run_parts, single_database
+from evidence_lib.scenarios.support.parts import Databases, PartSpec, candidate_databases, run_parts, single_database
 from evidence_lib.scenarios.support.setup import modes, scenario_server, timed
 from evidence_lib.workers.reconciler import Reconciler
 from evidence_lib.workers.v2 import V2Worker
@@ -44,7 +46,35 @@ def run(queue_modes: str = "flow,step", repeat: int = 3, database_url: str = "",
 
 def parts(repeat: int = 3) -> list[PartSpec]:
     """The scenario's parts; `repeat` lost acknowledgements per queue mode."""
-    return [PartSpec("replay", single_database(partial(_prove, repeat=repeat)))]
+    return [
+        PartSpec("replay", single_database(partial(_prove, repeat=repeat))),
+        PartSpec("server_restart", server_restart),
+    ]
+
+
+def server_restart(result: ScenarioResult, databases: Databases, mode: QueueMode) -> None:
+    """The whole server crashes twice (immediate, then SIGKILL to the postmaster) under work and
+    comes back; gates from `restart_fault`. Skipped, and said, on a server this suite does not own."""
+    control = databases.server.control
+    if control is None:
+        result.notes.append(
+            f"server restart fault skipped in {mode} mode: the server was given by DATABASE_URL and is "
+            "not this suite's to crash"
+        )
+        return
+    with databases() as url:
+        with connect(url) as conn:  # a crash must not lose an acknowledged commit
+            conn.execute(f"alter database {db.database_name(url)} set synchronous_commit = on")
+        with timed(result, "two crashes and restarts under work", mode=mode):
+            outcome = run_restart(url, control, mode)
+        with connect(url) as conn:
+            consistency.check(result, conn, mode, "after two server crashes")
+    result.append_rows("server_restarts", [c | {"mode": mode} for c in outcome.crashes])
+    result.append_rows("resumes", [r | {"mode": mode} for r in outcome.resumes])
+    if outcome.takeovers:
+        result.append_rows("takeovers", [t | {"mode": mode} for t in outcome.takeovers])
+    for name, (passed, detail) in outcome.gates.items():
+        result.gate(f"restart_{name}", passed, detail, mode)
 
 
 def _flow(url: str, mode: QueueMode) -> Any:

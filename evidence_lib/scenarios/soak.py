@@ -1,9 +1,10 @@
 """The soak: N v2 workers and M reconciler drivers over K runs, with real faults injected at a
 rate: lost acknowledgements (the workers talk through a LostAckProxy that is re-armed after
 every `1 / rate` settlements) and takeovers (a `rate` share of A handlers hangs past its lease;
-an operator thread takes the task over and settles it). Everything is read back afterwards:
-every run terminal, no task, message or settlement duplicated, handler effects exactly once
-except where a takeover re-ran a handler (at least once, by design), deadlocks unchanged.
+an operator thread runs the controlled takeover, which re-runs the handler and settles).
+Everything is read back afterwards: every run terminal, no task, message or settlement
+duplicated, handler effects exactly once except where a takeover re-ran a handler (at least
+once, by design), deadlocks unchanged.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-import psycopg
-
 from evidence_lib.engine import v2
 from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, route, with_step_queues
 from evidence_lib.engine.jsontypes import Json
@@ -24,6 +23,7 @@ from evidence_lib.pg.db import connect, one, rows
 from evidence_lib.scenarios.support.readback import deadlock_count, message_facts
 from evidence_lib.workers.config import WorkerConfig
 from evidence_lib.workers.reconciler import Reconciler
+from evidence_lib.workers.takeover import take_over_expired
 from evidence_lib.workers.v2 import V2Worker
 
 LEASE_TIMEOUT = 1  # seconds: A hangs past claim + 1 s + 2 s of grace
@@ -76,13 +76,16 @@ class SoakResult:
 
 
 def _flow(url: str, mode: QueueMode, rate: float) -> Any:
+    hung: set[str] = set()
+
     def effect(step: str, payload: Json) -> Json:
         assert isinstance(payload, dict)
         run_input = payload.get("run", payload)
         assert isinstance(run_input, dict)
         with connect(url, application_name="soak_handler") as c:
             c.execute("insert into soak_effects (run_id, step) values (%s, %s)", (str(run_input["id"]), step))
-        if step == "A" and run_input.get("hang"):
+        if step == "A" and run_input.get("hang") and str(run_input["id"]) not in hung:
+            hung.add(str(run_input["id"]))  # the first run hangs; the takeover's re-run does not
             time.sleep(LEASE_TIMEOUT + 2.5)  # hangs past its lease: the claim will be taken over
         return {"step": step}
 
@@ -92,30 +95,11 @@ def _flow(url: str, mode: QueueMode, rate: float) -> Any:
 
 
 def _operator(url: str, flow: Any, stop: threading.Event, taken: list[UUID]) -> None:
-    """Takes over expired claims (the controlled takeover) and settles them itself."""
-    with connect(url, application_name="soak_operator") as conn:
-        while not stop.is_set():
-            expired = conn.execute(
-                "select c.run_id, c.step_slug, c.claim_id, c.queue_name, c.message_id from engine.task_claims c "
-                "join engine.step_tasks t using (run_id, step_slug, task_index) where c.state = 'current' "
-                "and t.status = 'started' and c.lease_expires_at < clock_timestamp()"
-            ).fetchall()
-            for run_id, step, claim_id, queue, mid in expired:
-                try:
-                    grant = v2.take_over(conn, run_id, step, claim_id, queue, mid)
-                except psycopg.Error:
-                    continue  # settled meanwhile: nothing to take over
-                if grant is None:
-                    continue
-                taken.append(grant.claim_id)
-                with connect(url, application_name="soak_handler") as c:
-                    payload = grant.input
-                    assert isinstance(payload, dict)
-                    run_input = payload.get("run", payload)
-                    assert isinstance(run_input, dict)
-                    c.execute("insert into soak_effects (run_id, step) values (%s, %s)", (str(run_input["id"]), step))
-                v2.settle(conn, grant.claim_id, "completed", {"step": step, "by": "operator"})
-            stop.wait(0.2)
+    """The controlled takeover an operator runs (`take_over_expired`), every 0.2 s."""
+    while not stop.is_set():
+        report = take_over_expired(url, flows={"soak": flow})
+        taken += [o.new_claim for o in report.outcomes if o.outcome == "taken_over" and o.new_claim]
+        stop.wait(0.2)
 
 
 def _chaos(proxy: LostAckProxy, url: str, every: int, stop: threading.Event) -> None:

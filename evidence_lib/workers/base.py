@@ -12,10 +12,10 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Self, overload
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
 from evidence_lib.engine.flows import AnyFlow, Flow, S, StepQueuedFlow
 from evidence_lib.workers.config import SafeLog, WorkerConfig, resolve_queue
+from evidence_lib.workers.connections import ConnectionSource, Outages, ReconnectPolicy
 from evidence_lib.workers.timing import CallTimes, maybe_timed
 
 
@@ -72,10 +72,12 @@ class WorkerBase:
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.config.concurrency)
         self._slot_freed = threading.Event()
-        self._pool: ConnectionPool[Any] | None = None
+        self._pool: ConnectionSource | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._futures: set[Future[None]] = set()
         self.timings: CallTimes | None = None  # set to a CallTimes to measure every SQL call
+        self.poll_transport_errors = 0
+        self.outages = Outages()  # what this worker saw of the server (its connection source's)
         self.setup()
 
     def setup(self) -> None:
@@ -94,21 +96,27 @@ class WorkerBase:
         return worker
 
     def __enter__(self) -> WorkerBase:
-        self._pool = ConnectionPool(
+        self._pool = ConnectionSource(
             self.url,
-            min_size=1,
-            max_size=self.config.concurrency + 1,
-            open=True,
-            kwargs={"autocommit": True, "application_name": self.name},
+            size=self.config.concurrency + 1,
+            policy=self.reconnect_policy(),
+            application_name=self.name,
+            log=lambda level, event, message: self.log(level, event, message),
         )
+        self.outages = self._pool.outages
         self._executor = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix=self.name)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def reconnect_policy(self) -> ReconnectPolicy:
+        """How this worker waits for a lost server (WorkerConfig; a seam of the negative controls)."""
+        c = self.config
+        return ReconnectPolicy(c.connect_timeout, c.reconnect_initial, c.reconnect_cap)
+
     @property
-    def pool(self) -> ConnectionPool[Any]:
+    def pool(self) -> ConnectionSource:
         if self._pool is None:
             raise RuntimeError(f"worker {self.name} is not open: use `with Worker(...)`")
         return self._pool
@@ -156,7 +164,9 @@ class WorkerBase:
         raise NotImplementedError
 
     def on_poll_transport_error(self, exc: psycopg.OperationalError) -> None:
-        self.log(logging.ERROR, "TransportError", f"polling {self.queue}: {exc}")
+        """The connection source logs the server going away and coming back, once each; a poll
+        that fails meanwhile only waits for the next one (no line per retry)."""
+        self.poll_transport_errors += 1
 
     def free_slots(self) -> int:
         taken = 0

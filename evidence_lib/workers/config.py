@@ -52,10 +52,16 @@ class WorkerConfig:
     poll_interval: float = 0.2  # seconds to wait after an empty read (liveness only)
     shutdown_grace: float = 10.0  # seconds running handlers may take to finish on shutdown
     report_attempts: int = 3
+    connect_timeout: int = 2  # seconds one connect may take (libpq's minimum is 2)
+    reconnect_initial: float = 0.05  # seconds before the first reconnect after a failed one
+    reconnect_cap: float = 1.0  # the longest wait between two reconnects (doubling, with jitter)
+    pool_wait: float = 2.0  # seconds a poll waits for a connection (a settlement waits its lease's time left)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.visibility_timeout < 1 or self.report_attempts < 1:
             raise ValueError(f"worker config out of range: {self}")
+        if self.connect_timeout < 2 or self.reconnect_initial <= 0 or self.reconnect_cap < self.reconnect_initial:
+            raise ValueError(f"worker reconnect settings out of range: {self}")
 
 
 def resolve_queue(flow: AnyFlow, step: str | None) -> tuple[str, str | None]:

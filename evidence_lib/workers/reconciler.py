@@ -20,6 +20,7 @@ from psycopg.rows import class_row
 from evidence_lib.engine import v2
 from evidence_lib.pg.db import Conn, ServerUnavailable, connect
 from evidence_lib.workers.config import SafeLog
+from evidence_lib.workers.connections import ConnectionSource, ReconnectPolicy
 from evidence_lib.workers.timing import CallTimes, maybe_timed
 
 DUE = """
@@ -44,6 +45,7 @@ class ReconcilerStats:
     actions: int = 0
     reports: Counter[str] = field(default_factory=Counter)  # health after each call
     errors: list[str] = field(default_factory=list)
+    transport_errors: int = 0
 
 
 class Reconciler:
@@ -58,6 +60,7 @@ class Reconciler:
         poll_interval: float = 0.05,
         name: str = "reconciler",
         logger: logging.Logger | None = None,
+        policy: ReconnectPolicy | None = None,
     ) -> None:
         self.url = url
         self.max_actions = max_actions
@@ -69,6 +72,9 @@ class Reconciler:
         self._stop = threading.Event()
         self.timings: CallTimes | None = None  # set to a CallTimes to measure every SQL call
         self.refused: set[UUID] = set()  # runs whose reconcile was refused: skipped from then on
+        self.source = ConnectionSource(
+            url, size=1, policy=policy, application_name=name, log=lambda lv, ev, msg: self.log(lv, ev, msg)
+        )
 
     def timed(self, name: str) -> AbstractContextManager[None]:
         """Measure one SQL round trip when `timings` is set (the benchmarks set it)."""
@@ -138,10 +144,13 @@ class Reconciler:
                 pass
 
     def run(self) -> ReconcilerStats:
-        """Loop until `stop()`; reconnects after a transport error."""
+        """Loop until `stop()`. When the server goes away it waits with the reconnect policy's
+        capped backoff and logs one line when the server goes and one when it is back."""
         while not self._stop.is_set():
             try:
-                with connect(self.url, application_name=self.name) as conn:
+                # the wait covers one backoff pause and one connect: no spinning while the server is away
+                wait = self.source.policy.cap + self.source.policy.connect_timeout
+                with self.source.connection(timeout=wait) as conn:
                     idle = self.poll_interval
                     while not self._stop.is_set():
                         if self.pass_once(conn) == 0:  # nothing due: back off up to 16x the interval
@@ -150,9 +159,9 @@ class Reconciler:
                         else:
                             idle = self.poll_interval
             except (psycopg.OperationalError, ServerUnavailable) as exc:
-                self.stats.errors.append(f"transport: {exc}")
-                self.log(logging.ERROR, "TransportError", f"reconciler {self.name}: {exc}")
-                self._stop.wait(self.poll_interval)
+                self.stats.errors.append(f"transport: {str(exc).strip()[:200]}")
+                self.stats.transport_errors += 1
+        self.source.close()
         return self.stats
 
     def stop(self) -> None:

@@ -64,7 +64,7 @@ class Worker(WorkerBase):
         if free == 0 or self.stopping:
             return 0
         try:
-            with self.pool.connection() as conn:
+            with self.pool.connection(self.config.pool_wait) as conn:
                 with self.timed("pgmq.read"):
                     messages = v1.read_messages(conn, self.queue, self.config.visibility_timeout, free)
                 ids = self._ours(messages)
@@ -139,7 +139,7 @@ class Worker(WorkerBase):
                 )
                 return
             try:
-                with self.pool.connection() as conn:
+                with self.pool.connection(self.config.pool_wait) as conn:
                     if error is not None:
                         v1.fail_task(conn, grant.run_id, grant.step_slug, grant.task_index, error)
                         self.stats.failed += 1

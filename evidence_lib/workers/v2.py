@@ -1,8 +1,10 @@
 """The v2 worker: read one message (the reservation) -> claim it with `v2_claim` for its one
 task -> run the handler only for a grant -> settle with a deadline.
 
-Settlement (CONTRACT section 3): at most `worker_settlement_attempts` attempts, all before the
-claim's lease horizon (an absolute deadline); each attempt runs in its own transaction whose
+Settlement (CONTRACT section 3): at most `worker_settlement_attempts` submitted attempts, all
+before the claim's lease horizon (an absolute deadline), spread over the time left with a capped
+backoff; a try whose connect failed sent nothing and is not counted (docs/contract.md, "Settling
+through an outage"). Each attempt runs in its own transaction whose
 `statement_timeout` is the time left by the server's clock, so a wait inside SQL counts. The
 attempt captures `pg_current_xact_id()` first, so a commit whose reply was lost can be judged
 later with `pg_xact_status`. On a transport error the worker reconnects and resubmits the same
@@ -13,20 +15,13 @@ counts as success; `conflict`, `stale` and `terminal` are reported as what they 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
+import random
 import time
-from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import Future, wait
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal
-from uuid import UUID
 
 import psycopg
-from psycopg import sql
 
 from evidence_lib.engine import v1, v2
 from evidence_lib.engine.jsontypes import Json
@@ -43,69 +38,16 @@ from evidence_lib.workers.config import (
     WorkerConfig,
     ensure_json,
 )
-
-AttemptResult = Literal["receipt", "transport_error", "deadline", "rejected"]
-
-
-@dataclass
-class AttemptRecord:
-    """One settlement attempt as the client saw it."""
-
-    attempt: int
-    result: AttemptResult
-    xid: str | None = None
-    verdict: str | None = None
-    error: str | None = None
-    indeterminate: bool = False  # the commit was sent and its reply never came
-    seconds: float = 0.0
-
-
-@dataclass
-class SettlementRecord:
-    claim_id: UUID
-    run_id: UUID
-    step_slug: str
-    outcome: v2.Outcome
-    result: Json
-    lease_expires_at: dt.datetime
-    attempts: list[AttemptRecord] = field(default_factory=list)
-    final: str = ""  # a verdict, or deadline_exceeded / rejected / gave_up / shutdown
-
-
-@dataclass
-class V2WorkerStats:
-    read: int = 0
-    granted: int = 0
-    not_granted: int = 0
-    left_intact: int = 0
-    handler_errors: int = 0
-    transport_errors: int = 0
-    abandoned: int = 0
-    verdicts: Counter[str] = field(default_factory=Counter)
-    settlements: list[SettlementRecord] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-
-# One message, one round trip: BEGIN, the transaction id and statement_timeout = the time left
-# by the server's clock, and the settlement. COMMIT goes alone afterwards, so the client knows
-# the xid before the commit can be lost. Values are quoted client-side (psycopg.sql.Literal).
-ATTEMPT = sql.SQL("""begin;
-select pg_current_xact_id()::text,
-       set_config('statement_timeout',
-                  greatest(1, floor(extract(epoch from {lease}::timestamptz - clock_timestamp())
-                                    * 1000))::bigint::text,
-                  true),
-       extract(epoch from {lease}::timestamptz - clock_timestamp())::float8;
-select * from engine.v2_settle({claim}::uuid, {outcome}, {result}::jsonb)""")
-
-
-def _attempt_sql(grant: v2.Grant, outcome: v2.Outcome, result: Json) -> sql.Composed:
-    return ATTEMPT.format(
-        lease=sql.Literal(grant.lease_expires_at.isoformat()),
-        claim=sql.Literal(str(grant.claim_id)),
-        outcome=sql.Literal(outcome),
-        result=sql.Literal(json.dumps(result, allow_nan=False)),
-    )
+from evidence_lib.workers.connections import ConnectionUnavailable
+from evidence_lib.workers.settlement import (
+    RESERVE,
+    RETRY_CAP,
+    RETRY_INITIAL,
+    AttemptRecord,
+    SettlementRecord,
+    V2WorkerStats,
+    attempt_sql,
+)
 
 
 class V2Worker(WorkerBase):
@@ -126,7 +68,7 @@ class V2Worker(WorkerBase):
     def __enter__(self) -> V2Worker:
         super().__enter__()
         try:
-            with self.pool.connection() as conn:
+            with self.pool.connection(self.config.pool_wait) as conn:
                 self.settlement_attempts = read_limits(conn).worker_settlement_attempts
         except psycopg.errors.InsufficientPrivilege:
             self.log(
@@ -134,6 +76,13 @@ class V2Worker(WorkerBase):
                 "limits_unreadable",
                 f"v2_limits() is not executable by this role; using {self.settlement_attempts} "
                 "settlement attempts from the worker config",
+            )
+        except ConnectionUnavailable:  # started while the server is away: it reconnects when polling
+            self.log(
+                logging.INFO,
+                "limits_unreadable",
+                f"the server is away at start; using {self.settlement_attempts} settlement attempts from the "
+                "worker config",
             )
         return self
 
@@ -149,7 +98,7 @@ class V2Worker(WorkerBase):
             return 0
         futures: list[Future[None]] = []
         read = 0
-        with self.pool.connection() as conn:
+        with self.pool.connection(self.config.pool_wait) as conn:
             for _ in range(free):
                 with self.timed("pgmq.read"):
                     messages = v1.read_messages(conn, self.queue, self.config.visibility_timeout, 1)
@@ -217,6 +166,11 @@ class V2Worker(WorkerBase):
     # -- handler and settlement ---------------------------------------------------------------
 
     def _execute(self, grant: v2.Grant) -> None:
+        self.execute(grant)
+
+    def execute(self, grant: v2.Grant) -> SettlementRecord | None:
+        """Run the handler for `grant` (a claim or a takeover's new claim) and settle it; None
+        when the worker is closing (the claim stays current, left to takeover)."""
         step = self.flow.step_def(grant.step_slug)
         outcome: v2.Outcome = "completed"
         try:
@@ -234,8 +188,8 @@ class V2Worker(WorkerBase):
                     "shutdown grace; not settled, its claim stays current and is left to takeover"
                 )
             )
-            return
-        self.settle(grant, outcome, result)
+            return None
+        return self.settle(grant, outcome, result)
 
     # -- seams: documented points where the negative controls put a realistic worker defect ---
 
@@ -249,60 +203,93 @@ class V2Worker(WorkerBase):
         is never a handler failure."""
         return outcome, result
 
+    def time_left(self, grant: v2.Grant) -> float:
+        """Seconds until the claim's lease horizon, by this machine's clock."""
+        return (grant.lease_expires_at - dt.datetime.now(dt.UTC)).total_seconds()
+
+    def counts_as_submitted(self, attempt: AttemptRecord) -> bool:
+        """Whether a failed try counts against the bound of `settlement_attempts`: it does once
+        the settlement was handed to a connection; a connect that failed sent nothing."""
+        return attempt.result != "unreachable"
+
+    def retry_delay(self, tries: int, left: float) -> float:
+        """The pause before the next try: doubling from 50 ms to a cap of 1 s, with jitter, and
+        never so long that the next try could not complete before the horizon (inside the last
+        `RESERVE` seconds it waits out the horizon instead of trying again)."""
+        ceiling = min(RETRY_CAP, RETRY_INITIAL * 2 ** min(max(tries - 1, 0), 30))
+        pause = ceiling / 2 + random.uniform(0, ceiling / 2)
+        if left <= RESERVE:  # no time for another try to complete: wait out the horizon, do not spin
+            return max(0.0, left)
+        return float(min(pause, left - RESERVE))
+
+    def settlement_wait(self, left: float) -> float:
+        """How long a try may wait for a connection: what is left of the lease, less the reserve."""
+        return max(0.0, left - RESERVE)
+
     def settle(self, grant: v2.Grant, outcome: v2.Outcome, result: Json) -> SettlementRecord:
-        """Settle `grant` within its lease horizon; transport errors resubmit the same settlement."""
+        """Settle `grant` before its lease horizon. Tries are spread over the time left (capped
+        backoff with jitter); a try that reached a connection counts against
+        `settlement_attempts` (the contract's bound on resubmissions), a connect that failed
+        does not, so an outage shorter than the time left costs no takeover. A transport error
+        resubmits the same settlement (a replay is answered `replayed`)."""
         record = SettlementRecord(
             grant.claim_id, grant.run_id, grant.step_slug, outcome, result, grant.lease_expires_at
         )
         with self._lock:
             self.stats.settlements.append(record)
-        for attempt in range(1, self.settlement_attempts + 1):
+        submitted = tries = 0
+        while True:
             if self.closing:
                 record.final = "shutdown"
                 self._error(ShutdownRequested(f"settling claim {grant.claim_id} stopped by shutdown"))
                 break
-            if dt.datetime.now(dt.UTC) >= grant.lease_expires_at:
+            left = self.time_left(grant)
+            if left <= 0:
                 record.final = "deadline_exceeded"
                 self._error(
                     DeadlineExceeded(
-                        f"claim {grant.claim_id}: lease horizon {grant.lease_expires_at} passed before "
-                        f"settlement attempt {attempt}; left to takeover"
+                        f"claim {grant.claim_id}: lease horizon {grant.lease_expires_at} passed after "
+                        f"{tries} tries ({submitted} submitted); left to takeover"
                     )
                 )
                 break
-            record.attempts.append(self._attempt(attempt, grant, outcome, result))
-            last = record.attempts[-1]
-            if last.result == "transport_error":
-                outcome, result = self.resubmission(outcome, result)
+            if submitted >= self.settlement_attempts:
+                record.final = "gave_up"
+                self.log(
+                    logging.ERROR,
+                    "settlement_gave_up",
+                    f"claim {grant.claim_id}: {submitted} submitted settlement attempts failed in transport "
+                    f"with {left:.1f} s of lease left; the claim stays current and is left to takeover",
+                )
+                break
+            tries += 1
+            last = self._attempt(tries, grant, outcome, result, self.settlement_wait(left))
+            record.attempts.append(last)
             if last.result == "receipt":
                 record.final = str(last.verdict)
                 break
             if last.result in ("deadline", "rejected"):
                 record.final = "deadline_exceeded" if last.result == "deadline" else "rejected"
                 break
-        else:
-            record.final = "gave_up"
-            self.log(
-                logging.ERROR,
-                "settlement_gave_up",
-                f"claim {grant.claim_id}: {self.settlement_attempts} settlement attempts failed "
-                "in transport; the claim stays current and is left to takeover",
-            )
+            last.submitted = self.counts_as_submitted(last)
+            submitted += last.submitted
+            if last.result == "transport_error":
+                outcome, result = self.resubmission(outcome, result)
+            time.sleep(self.retry_delay(tries, self.time_left(grant)))  # bounded by the horizon
         with self._lock:
             self.stats.verdicts[record.final] += 1
         return record
 
-    def _attempt(self, attempt: int, grant: v2.Grant, outcome: v2.Outcome, result: Json) -> AttemptRecord:
+    def _attempt(self, attempt: int, grant: v2.Grant, outcome: v2.Outcome, result: Json, wait: float) -> AttemptRecord:
         started = time.perf_counter()
-        rec = AttemptRecord(attempt, "receipt")
+        rec = AttemptRecord(attempt, "receipt", started_at=time.time())
         stage = "connect"
         try:
-            # the first attempt uses the pool; after a transport error the worker reconnects
-            with self._settle_connection(fresh=attempt > 1) as conn:
+            with self.pool.connection(wait) as conn:
                 stage = "open"
                 try:
                     with self.timed("settle.open+v2_settle"):
-                        cur = conn.execute(_attempt_sql(grant, outcome, result))
+                        cur = conn.execute(attempt_sql(grant, outcome, result))
                         cur.nextset()  # past BEGIN
                         row = cur.fetchone()
                         cur.nextset()
@@ -328,6 +315,8 @@ class V2Worker(WorkerBase):
                     f"claim {grant.claim_id}: {receipt.verdict} (attempt {attempt}, generation {receipt.generation})",
                     claim_id=str(grant.claim_id),
                 )
+        except ConnectionUnavailable as exc:
+            rec.result, rec.error, rec.submitted = "unreachable", str(exc).strip(), False
         except (DeadlineExceeded, psycopg.errors.QueryCanceled) as exc:
             rec.result, rec.error = "deadline", str(exc).strip()
             self._error(DeadlineExceeded(f"claim {grant.claim_id} attempt {attempt}: {rec.error}"))
@@ -347,15 +336,6 @@ class V2Worker(WorkerBase):
             self._error(ReportRejected(f"claim {grant.claim_id} attempt {attempt}: {rec.error}"))
         rec.seconds = time.perf_counter() - started
         return rec
-
-    @contextmanager
-    def _settle_connection(self, *, fresh: bool) -> Iterator[Conn]:
-        if not fresh:
-            with self.pool.connection() as conn:
-                yield conn
-            return
-        with psycopg.connect(self.url, autocommit=True, application_name=f"{self.name}_settle") as conn:
-            yield conn
 
     def _error(self, exc: Exception) -> None:
         with self._lock:

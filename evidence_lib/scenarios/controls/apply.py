@@ -15,6 +15,7 @@ from evidence_lib.engine.jsontypes import Json
 from evidence_lib.errors import EvidenceError
 from evidence_lib.scenarios.controls.catalogue import Mutant, Seam
 from evidence_lib.workers.config import ensure_json
+from evidence_lib.workers.connections import ReconnectPolicy
 from evidence_lib.workers.v2 import V2Worker
 
 
@@ -58,7 +59,8 @@ def patch_diff(mutant: Mutant) -> str:
     if mutant.statements:
         lines.append(f"+ {mutant.statements}")
     if mutant.seam:
-        lines.append(f"worker seam V2Worker: {SEAMS[mutant.seam][0]} replaced ({mutant.seam})")
+        replaced = ", ".join(name for name, _ in SEAMS[mutant.seam])
+        lines.append(f"worker seam V2Worker: {replaced} replaced ({mutant.seam})")
     return "\n".join(lines)
 
 
@@ -70,9 +72,41 @@ def _transport_error_as_failure(self: V2Worker, outcome: v2.Outcome, result: Jso
     return "failed", {"error": "TransportError", "message": "the report did not reach the server"}
 
 
-SEAMS: dict[Seam, tuple[str, Callable[..., Any]]] = {
-    "falsy_results_as_null": ("encode_result", _falsy_as_null),
-    "transport_error_as_handler_failure": ("resubmission", _transport_error_as_failure),
+def _every_try_counts(self: V2Worker, attempt: Any) -> bool:
+    return True
+
+
+def _no_pause(self: V2Worker, tries: int, left: float) -> float:
+    return 0.0
+
+
+def _library_reconnects(self: V2Worker) -> ReconnectPolicy:
+    return _DoublingPolicy()
+
+
+def _wait_like_a_pool(self: V2Worker, left: float) -> float:
+    return 30.0  # a connection pool's default wait, whatever the lease says
+
+
+class _DoublingPolicy(ReconnectPolicy):
+    """A connection pool's default reconnect: 1 s, then doubling, no cap."""
+
+    def __init__(self) -> None:
+        super().__init__(connect_timeout=2, initial=1.0, cap=3600.0)
+
+    def delay(self, failures: int) -> float:
+        return float(self.initial * 2 ** max(failures - 1, 0))
+
+
+# seam -> the V2Worker attributes it replaces while the mutant's targets run
+SEAMS: dict[Seam, tuple[tuple[str, Callable[..., Any]], ...]] = {
+    "falsy_results_as_null": (("encode_result", _falsy_as_null),),
+    "transport_error_as_handler_failure": (("resubmission", _transport_error_as_failure),),
+    "settle_without_waiting": (("counts_as_submitted", _every_try_counts), ("retry_delay", _no_pause)),
+    "pool_waits_past_the_horizon": (
+        ("reconnect_policy", _library_reconnects),
+        ("settlement_wait", _wait_like_a_pool),
+    ),
 }
 
 
@@ -82,10 +116,14 @@ def seam(mutant: Mutant) -> Iterator[None]:
     if mutant.seam is None:
         yield
         return
-    attribute, replacement = SEAMS[mutant.seam]
-    original = getattr(V2Worker, attribute)
-    setattr(V2Worker, attribute, replacement)
+    originals = [(name, V2Worker.__dict__.get(name)) for name, _ in SEAMS[mutant.seam]]
+    for name, replacement in SEAMS[mutant.seam]:
+        setattr(V2Worker, name, replacement)
     try:
         yield
     finally:
-        setattr(V2Worker, attribute, original)
+        for name, original in originals:
+            if original is None:
+                delattr(V2Worker, name)
+            else:
+                setattr(V2Worker, name, original)

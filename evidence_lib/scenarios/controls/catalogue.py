@@ -13,7 +13,12 @@ from typing import Literal
 
 from evidence_lib.engine.flows import QueueMode
 
-Seam = Literal["falsy_results_as_null", "transport_error_as_handler_failure"]
+Seam = Literal[
+    "falsy_results_as_null",
+    "transport_error_as_handler_failure",
+    "settle_without_waiting",
+    "pool_waits_past_the_horizon",
+]
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class Mutant:
     statements: str = ""
     seam: Seam | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
+    needs_owned_server: bool = False  # its target crashes the server: skipped (and said) on DATABASE_URL
 
 
 CONSISTENCY = "engine_and_queues_agree_after_every_step"

@@ -108,4 +108,20 @@ KNOWN_DEFECTS: tuple[Mutant, ...] = (
             ),
         ),
     ),
+    Mutant(
+        "worker_settles_without_waiting_between_attempts",
+        "issue 20: a settlement's tries are spread over the lease's time left and a connect that never "
+        "reached the server is not a submitted attempt (three back-to-back tries gave up during a restart)",
+        (Target("response_loss", "server_restart", ("restart_no_settlement_gave_up_with_lease_left",)),),
+        seam="settle_without_waiting",
+        needs_owned_server=True,
+    ),
+    Mutant(
+        "worker_pool_waits_past_the_horizon",
+        "issue 20: reconnects back off with a cap of seconds and a settlement waits for a connection "
+        "at most its lease's time left (a pool's defaults: 1 s doubling, a 30 s wait)",
+        (Target("response_loss", "server_restart", ("restart_reconnect_waits_capped",)),),
+        seam="pool_waits_past_the_horizon",
+        needs_owned_server=True,
+    ),
 )

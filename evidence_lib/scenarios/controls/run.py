@@ -128,6 +128,13 @@ def run(mutants: str = "", deadline: float = 30.0, database_url: str = "") -> Sc
         scenario_server(database_url) as server,
         migrated_template(server, prefix="nc_cand") as candidate,
     ):
+        if server.control is None:  # a DATABASE_URL server: no target may crash it
+            skipped = [m.name for m in chosen if m.needs_owned_server]
+            chosen = [m for m in chosen if not m.needs_owned_server]
+            if skipped:
+                result.notes.append(
+                    f"not run, the server is not this suite's to crash (DATABASE_URL): {', '.join(skipped)}"
+                )
         targets = list({_label(t): t for m in chosen for t in m.targets}.values())
         for i, target in enumerate(targets):
             run_ = run_target(server, candidate, target, deadline, f"c{i}")

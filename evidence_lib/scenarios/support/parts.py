@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from psycopg import sql
@@ -20,8 +19,7 @@ from evidence_lib.engine.flows import QueueMode
 from evidence_lib.pg import db, migrate
 from evidence_lib.pg.db import Server, connect
 
-Databases = Callable[[], AbstractContextManager[str]]
-Part = Callable[[ScenarioResult, Databases, QueueMode], None]
+Part = Callable[[ScenarioResult, "Databases", QueueMode], None]
 
 
 @dataclass(frozen=True)
@@ -86,23 +84,30 @@ def migrated_template(server: Server, *, prefix: str = "tmpl", patch: str = "") 
         yield db.database_name(url)
 
 
-def clones(server: Server, template: str, *, hooks: str = "", prefix: str = "ev") -> Databases:
-    """Fresh databases cloned from `template`; `hooks` arms test hooks for every session of
-    each clone (only to prove that a gate can turn red)."""
+class Databases:
+    """Fresh databases cloned from a template on `server` (call it: a context manager yielding a
+    URL); `hooks` arms test hooks for every session of each clone (only to prove that a gate can
+    turn red). Parts that need the server itself (to crash it) read `server`."""
+
+    def __init__(self, server: Server, template: str, *, hooks: str = "", prefix: str = "ev") -> None:
+        self.server, self.template, self.hooks, self.prefix = server, template, hooks, prefix
 
     @contextlib.contextmanager
-    def database() -> Iterator[str]:
-        with db.scratch_database(server, template=template, prefix=prefix) as url:
-            if hooks:
+    def __call__(self) -> Iterator[str]:
+        with db.scratch_database(self.server, template=self.template, prefix=self.prefix) as url:
+            if self.hooks:
                 with connect(url) as conn:
                     conn.execute(
                         sql.SQL("alter database {} set engine.hooks = {}").format(
-                            sql.Identifier(db.database_name(url)), sql.Literal(hooks)
+                            sql.Identifier(db.database_name(url)), sql.Literal(self.hooks)
                         )
                     )
             yield url
 
-    return database
+
+def clones(server: Server, template: str, *, hooks: str = "", prefix: str = "ev") -> Databases:
+    """Fresh databases cloned from `template` (see `Databases`)."""
+    return Databases(server, template, hooks=hooks, prefix=prefix)
 
 
 @contextlib.contextmanager
