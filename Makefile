@@ -12,7 +12,7 @@ SCENARIOS ?=
 REPEAT ?=
 PARAMS ?=
 
-.PHONY: help setup test lint check-schema pytest pgtap evidence example bench lab clean
+.PHONY: help setup test lint check-schema pytest pgtap evidence races races-accept example bench lab clean
 
 help: ## list the targets
 	@echo "Dirty Runs evidence: make <target>"
@@ -48,6 +48,12 @@ test: lint check-schema pytest pgtap ## everything CI runs: lint, schema sync, p
 
 evidence: $(STAMP) ## run the evidence notebooks, write a dated bundle (SCENARIOS=races REPEAT=20 PARAMS="queue_modes=step")
 	$(BIN)/python -m evidence_lib evidence $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(REPEAT),--repeat $(REPEAT)) $(foreach p,$(PARAMS),-p $(p)) $(EVIDENCE_ARGS)
+
+races: $(STAMP) ## only the races scenario into a bundle, every interleaving REPEAT times (default 3; REPEAT=20 for a long run)
+	$(BIN)/python -m evidence_lib evidence --scenarios races --repeat $(or $(REPEAT),3) $(foreach p,$(PARAMS),-p $(p))
+
+races-accept: $(STAMP) ## rewrite tests/expected/races/*.out from a run (review the diff before committing)
+	$(BIN)/python -m evidence_lib races --accept
 
 example: $(STAMP) ## run the moderation example end to end (plain flow, then private step queues)
 	$(BIN)/python -m examples.moderation

@@ -1,7 +1,8 @@
 -- prune_data_older_than: delete terminal runs (with their step_states and step_tasks) that
 -- ended before now - retention, and archived messages older than that from the archive
--- tables of the queues the engine routes to (step routes and plain flows' queues).
--- Non-terminal runs are never touched.
+-- tables of the queues the engine routes to (step routes and plain flows' queues), except the
+-- messages a task still snapshots: a run that is not pruned (non-terminal, or ended after the
+-- cutoff) keeps its archive. Non-terminal runs are never touched.
 -- Locks: the pruned runs (row locks taken by the delete).
 -- Refuses: DR008 retention is null or negative.
 -- Writes: deletes runs, step_states, step_tasks, and rows of pgmq.a_<queue> of engine queues.
@@ -34,8 +35,11 @@ begin
     order by 1
   loop
     if pg_catalog.to_regclass(pg_catalog.format('pgmq.%I', 'a_' || v_queue)) is not null then
-      execute pg_catalog.format('delete from pgmq.%I as a where a.archived_at < $1', 'a_' || v_queue)
-        using v_cutoff;
+      execute pg_catalog.format(
+        'delete from pgmq.%I as a where a.archived_at < $1 and not exists ('
+        'select from engine.step_tasks as t where t.queue_name = $2 and t.message_id = a.msg_id)',
+        'a_' || v_queue)
+        using v_cutoff, v_queue;
     end if;
   end loop;
   return v_pruned;

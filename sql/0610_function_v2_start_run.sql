@@ -15,7 +15,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_limits engine.v2_envelope := engine._v2_envelope();
-  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_now timestamptz := engine._now();
   v_run_id uuid := pg_catalog.gen_random_uuid();
   v_steps integer;
   v_a record;

@@ -78,7 +78,7 @@ begin
 
   perform engine._hook('claim.before_guarded_update');
   -- one instant for claimed_at, the lease horizon and the message's vt
-  v_now := pg_catalog.clock_timestamp();
+  v_now := engine._now();
   v_lease := v_now + pg_catalog.make_interval(
     secs => v_timeout + v_limits.lease_grace_seconds);
 

@@ -56,7 +56,7 @@ begin
       using errcode = 'DR006';
   end if;
 
-  v_now := pg_catalog.clock_timestamp();
+  v_now := engine._now();
   if v_now < v_old.lease_expires_at then
     raise exception 'run %, step %: claim % holds its lease until %; takeover refused',
       v2_take_over.run_id, v2_take_over.step_slug, v_old.claim_id, v_old.lease_expires_at

@@ -66,7 +66,7 @@ begin
 
   if v_claim.state = 'current' and v_task.status = 'started' and v_run.status = 'started'
      and v_settlement.claim_id is null then
-    v_now := pg_catalog.clock_timestamp();
+    v_now := engine._now();
     update engine.run_work as w
        set requested_generation = w.requested_generation + 1
      where w.run_id = v_run_id

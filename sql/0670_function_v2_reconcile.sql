@@ -22,7 +22,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_limits engine.v2_envelope := engine._v2_envelope();
-  v_now timestamptz := pg_catalog.clock_timestamp();
+  v_now timestamptz := engine._now();
   v_run engine.runs;
   v_work engine.run_work;
   v_action text;

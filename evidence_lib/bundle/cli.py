@@ -123,6 +123,18 @@ def cmd_takeover(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_races(args: argparse.Namespace) -> int:
+    from evidence_lib.scenarios import races
+
+    if not args.accept:
+        print("races --accept writes tests/expected/races/*.out; to run the races use "
+              "`make races` (python -m evidence_lib evidence --scenarios races)", file=sys.stderr)  # fmt: skip
+        return 2
+    races.accept(args.database_url or "")
+    print("review the expected files (git diff tests/expected/races) before committing them")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m evidence_lib")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -149,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--handlers", default="", help="module:attribute of the flow definition(s) whose handlers run")
     p.add_argument("--dry-run", action="store_true", help="list the expired claims, change nothing")
     p.set_defaults(func=cmd_takeover)
+    p = sub.add_parser("races", help="write the races' expected transcripts (--accept)")
+    _server_args(p)
+    p.add_argument("--accept", action="store_true", help="run every spec once per mode and write the expected files")
+    p.set_defaults(func=cmd_races)
     p = sub.add_parser("evidence", help="run the evidence scenarios and write a bundle")
     _server_args(p)
     p.add_argument("--scenarios", default="", help="comma-separated scenario names (default: all)")

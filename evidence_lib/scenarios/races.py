@@ -1,165 +1,216 @@
-"""Scenario 3, races: the four races of the v2 protocol with real separate sessions and proven
-barriers, each permutation both ways, `repeat` times each, every attempt reported.
-
-The specs are in `race_specs`; this module runs them and turns the results into evidence:
-isolation-tester transcripts, the pg_locks rows that proved each wait, the checks, and timings.
+"""Scenario 3, races: the v2 protocol's races as isolation specs (`race_specs`), every
+interleaving enumerated and run `repeat` times on fresh databases with real separate sessions,
+each transcript compared with the committed expected file (`tests/expected/races/<spec>.out`,
+or an alternative `<spec>_<n>.out` where the contract allows two outcomes), the waits proven in
+pg_locks / pg_blocking_pids, and pg_stat_database.deadlocks read before and after.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from evidence_lib import PROJECT_ROOT
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine.flows import QueueMode
-from evidence_lib.harness import Race, RaceContext, RaceResult, run_race
-from evidence_lib.harness.transcript import PermutationRun
+from evidence_lib.harness.isolation import PermutationRun, RaceContext, RaceSpec, run_spec, transcript
+from evidence_lib.pg.db import connect, one
 from evidence_lib.scenarios import race_specs
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import Databases, Part, PartSpec, candidate_databases, run_parts
 from evidence_lib.scenarios.support.setup import modes, scenario_server
 
 SCENARIO = "03_races"
+EXPECTED_DIR = PROJECT_ROOT / "tests" / "expected" / "races"
 
 
 def run(
     queue_modes: str = "flow,step",
-    repeat: int = 1,
+    repeat: int = 3,
     database_url: str = "",
     hooks: str = "",
     timeout: float = 10.0,
 ) -> ScenarioResult:
     result = ScenarioResult(
-        SCENARIO, "Races with proven barriers", {"queue_modes": queue_modes, "repeat": repeat, "hooks": hooks}
+        SCENARIO, "Races as isolation specs", {"queue_modes": queue_modes, "repeat": repeat, "hooks": hooks}
     )
     with (
         result.capture_logs(),
         scenario_server(database_url) as server,
         candidate_databases(server, hooks=hooks, prefix="race") as databases,
     ):
+        before = deadlocks(server.maintenance_url)
         run_parts(result, parts(repeat, timeout), databases, modes(queue_modes))
+        after = deadlocks(server.maintenance_url)
+    result.gate("no_deadlock", after == before, f"pg_stat_database.deadlocks (all databases) {before} -> {after}")
     consistency.gates(result)
     _chart(result)
     return result
 
 
-def parts(repeat: int = 1, timeout: float = 10.0) -> list[PartSpec]:
-    """One part per race: every permutation `repeat` times, each on a fresh database."""
-    return [PartSpec(make.__name__, _race_part(make, repeat, timeout)) for make in race_specs.ALL]
+def deadlocks(url: str) -> int:
+    with connect(url) as conn:
+        conn.execute("select pg_stat_clear_snapshot()")
+        return int(one(conn, "select coalesce(sum(deadlocks), 0) from pg_stat_database"))
 
 
-def _race_part(make: Callable[[QueueMode], Race], repeat: int, timeout: float) -> Part:
+def parts(repeat: int = 3, timeout: float = 10.0) -> list[PartSpec]:
+    """One part per spec: every interleaving `repeat` times, each on a fresh database."""
+    return [PartSpec(spec.name, _spec_part(spec, repeat, timeout)) for spec in race_specs.ALL]
+
+
+def _spec_part(spec: RaceSpec, repeat: int, timeout: float) -> Part:
     def part(result: ScenarioResult, databases: Databases, mode: QueueMode) -> None:
         def inspect(ctx: RaceContext, run: PermutationRun) -> None:
             with ctx.connect() as conn:
-                consistency.check(result, conn, mode, f"{run.race} / {run.permutation} #{run.attempt}")
+                consistency.check(result, conn, mode, f"{run.race} {' '.join(run.permutation)} #{run.attempt}")
 
-        outcome = run_race(make(mode), databases, repeat=repeat, timeout=timeout, inspect=inspect)
-        record(result, outcome)
+        runs = run_spec(spec, mode, databases, repeat=repeat, timeout=timeout, inspect=inspect)
+        record(result, spec, mode, runs)
 
     return part
 
 
-def contention(run: PermutationRun) -> list[dict[str, Any]]:
-    """The waits of a permutation on a lock that another race session held (a transactionid,
-    tuple or row lock), as opposed to the controller's hook barrier."""
-    return [
-        row
-        for row in run.lock_rows
-        if row["locktype"] != "advisory" and row["blocked_by"] and "controller" not in row["blocked_by"]
-    ]
+def expected(name: str, directory: Path = EXPECTED_DIR) -> list[str]:
+    """The committed expected transcripts of a spec: `<name>.out` and its alternatives."""
+    files = [directory / f"{name}.out", *sorted(directory.glob(f"{name}_[0-9]*.out"))]
+    return [f.read_text() for f in files if f.exists()]
 
 
-def record(result: ScenarioResult, outcome: RaceResult) -> None:
-    result.transcripts.append(outcome.transcript())
-    mode = outcome.race.split("[")[-1].rstrip("]")
-    runs, checks, steps, locks = [], [], [], []
-    for r in outcome.runs:
-        runs.append(
+def compare(name: str, runs: list[PermutationRun]) -> list[tuple[int, str]]:
+    """(attempt, diff) for every attempt whose transcript matches no expected file."""
+    wanted = expected(name)
+    out = []
+    for attempt in sorted({r.attempt for r in runs}):
+        text = transcript([r for r in runs if r.attempt == attempt])
+        if text not in wanted:
+            base = wanted[0] if wanted else ""
+            diff = "\n".join(
+                difflib.unified_diff(base.splitlines(), text.splitlines(), f"{name}.out", "this run", lineterm="")
+            )
+            out.append((attempt, diff or "no expected file"))
+    return out
+
+
+def record(result: ScenarioResult, spec: RaceSpec, mode: str, runs: list[PermutationRun]) -> None:
+    """Transcripts, tables and the gates of one spec in one mode."""
+    result.transcripts.append(f"race {spec.name} [{mode}]: {spec.description}\n\n" + transcript(runs))
+    result.append_rows(
+        "permutations",
+        [
             {
-                "race": outcome.race,
-                "permutation": r.permutation,
+                "race": spec.name,
+                "mode": mode,
+                "permutation": " ".join(r.permutation),
                 "attempt": r.attempt,
                 "passed": r.passed,
-                "waits_proven": sum(1 for s in r.steps if s.waited),
+                "invalid": r.invalid,
+                "waits": len(r.proofs),
                 "seconds": round(r.seconds, 3),
                 "error": r.error,
             }
-        )
-        checks += [
-            {
-                "race": outcome.race,
-                "permutation": r.permutation,
-                "attempt": r.attempt,
-                "check": c.name,
-                "passed": c.passed,
-                "detail": c.detail,
-            }
-            for c in r.checks
-        ]
-        steps += [
-            {
-                "race": outcome.race,
-                "permutation": r.permutation,
-                "attempt": r.attempt,
-                "step": s.name,
-                "waited": s.waited,
-                "ms": round(s.seconds * 1000, 2),
-                "outcome": s.outcome,
-            }
-            for s in r.steps
-        ]
-        locks += [
-            {"race": outcome.race, "permutation": r.permutation, "attempt": r.attempt, **row} for row in r.lock_rows
-        ]
-    result.append_rows("permutations", runs)
-    result.append_rows("checks", checks)
-    result.append_rows("steps", steps)
-    result.append_rows("lock_proofs", locks)
-    failed = outcome.failures()
-    barrier = all(
-        any(row["locktype"] == "advisory" and "controller" in row["blocked_by"] for row in r.lock_rows)
-        for r in outcome.runs
+            for r in runs
+        ],
     )
-    name = outcome.race.split("[")[0]
+    result.append_rows(
+        "lock_proofs",
+        [
+            {
+                "race": spec.name,
+                "mode": mode,
+                "permutation": " ".join(r.permutation),
+                "attempt": r.attempt,
+                "step": p.step,
+                "lock": p.target,
+                "held_by": ", ".join(p.holders),
+                "waiting_pid": p.pids[0] if p.pids else None,
+                "holding_pid": p.pids[1] if p.pids else None,
+            }
+            for r in runs
+            for p in r.proofs
+        ],
+    )
+    failed = [r for r in runs if not r.passed]
+    valid = [r for r in runs if not r.invalid]
+    interleavings = len(spec.interleavings())
     result.gate(
-        name,
-        outcome.passed and barrier,
-        f"{len(outcome.runs) - len(failed)}/{len(outcome.runs)} permutation runs passed, "
-        f"every one parked at its hook barrier (advisory lock held by the controller): {barrier}",
+        spec.name,
+        bool(valid) and not failed,
+        f"{interleavings} interleavings x {len({r.attempt for r in runs})} attempts: {len(valid)} runs, "
+        f"{len(failed)} failed, {len(runs) - len(valid)} invalid; "
+        + (
+            "; ".join(f"{' '.join(r.permutation)}: {r.error or [c for c in r.checks if not c[1]]}" for r in failed[:2])
+            or "all checks pass"
+        ),
         mode,
     )
-    contended = [(r, contention(r)) for r in outcome.runs]
-    proofs = [
-        f"{r.permutation}: {w[0]['step']} (pid {w[0]['pid']}) waited on {w[0]['locktype']} "
-        f"{w[0]['transactionid'] or w[0]['relation'] or ''} held by {w[0]['blocked_by'][0]} "
-        f"(pid {w[0]['blocked_by_pids'][0]})"
-        for r, w in contended
-        if w
-    ]
+    diffs = compare(spec.name, runs)
+    result.append_rows(
+        "transcript_diffs", [{"race": spec.name, "mode": mode, "attempt": a, "diff": d} for a, d in diffs]
+    )
     result.gate(
-        f"{name}_contention_proven",
-        bool(contended) and all(w for _, w in contended),
-        f"{len(proofs)}/{len(contended)} permutation runs proved a wait on another session's lock in "
-        f"pg_locks / pg_blocking_pids: " + "; ".join(proofs[:2]),
+        f"{spec.name}_transcript_matches_expected",
+        not diffs,
+        f"every attempt's transcript equals tests/expected/races/{spec.name}.out (or an alternative)"
+        if not diffs
+        else f"{len(diffs)} attempt(s) differ; first diff:\n{diffs[0][1][:600]}",
+        mode,
+    )
+    contended = [(r, p) for r in valid for p in r.proofs if p.locktype != "advisory" and "ctl" not in p.holders]
+    example = contended[0] if contended else None
+    if not spec.contention:
+        return
+    result.gate(
+        f"{spec.name}_contention_proven",
+        bool(contended),
+        (
+            f"{len(contended)} waits on another session's lock proven in pg_locks / pg_blocking_pids, e.g. "
+            f"{example[1].step} (pid {example[1].pids[0] if example[1].pids else '?'}) waited on {example[1].target} "
+            f"held by {', '.join(example[1].holders)} (pid {example[1].pids[1] if example[1].pids else '?'}) in "
+            f"'{' '.join(example[0].permutation)}'"
+        )
+        if example
+        else "no permutation made a session wait on another session's lock",
         mode,
     )
 
 
 def _chart(result: ScenarioResult) -> None:
-    frame = result.tables.get("steps")
+    frame = result.tables.get("permutations")
     if frame is None or frame.empty:
         return
     fig, ax = plt.subplots(figsize=(9, 4))
-    labels, data = [], []
-    for (race, perm), group in frame.groupby(["race", "permutation"]):
-        labels.append(f"{race} / {perm}")
-        data.append(group["ms"].tolist())
-    ax.boxplot(data, vert=False)
-    ax.set_yticks(range(1, len(labels) + 1), labels, fontsize=7)
-    ax.set_xlabel("step latency, ms (waits included), all repeats")
-    ax.set_title("Races: per-step latency")
+    groups = [(name, group["seconds"].tolist()) for name, group in frame.groupby("race")]
+    ax.boxplot([g for _, g in groups], vert=False)
+    ax.set_yticks(range(1, len(groups) + 1), [str(n) for n, _ in groups], fontsize=8)
+    ax.set_xlabel("seconds per permutation run (setup, steps, checks), every mode and attempt")
+    ax.set_title("Races: time per permutation")
     fig.tight_layout()
-    result.chart("step_latency", fig)
+    result.chart("permutation_time", fig)
+
+
+def accept(
+    database_url: str = "", directory: Path = EXPECTED_DIR, progress: Callable[[str], None] = print
+) -> list[Path]:
+    """Run every spec once in both modes and write the expected files (reviewed by hand before
+    committing: a second distinct transcript is written as an alternative `<spec>_1.out`)."""
+    from evidence_lib.scenarios.support.setup import scenario_server as server_of
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    with server_of(database_url) as server, candidate_databases(server, prefix="race") as databases:
+        for spec in race_specs.ALL:
+            texts: list[str] = []
+            for mode in ("flow", "step"):
+                text = transcript(run_spec(spec, mode, databases))
+                if text not in texts:
+                    texts.append(text)
+            for i, text in enumerate(texts):
+                path = directory / (f"{spec.name}.out" if i == 0 else f"{spec.name}_{i}.out")
+                path.write_text(text)
+                written.append(path)
+                progress(f"wrote {path.relative_to(PROJECT_ROOT)}" + ("  (an ALTERNATIVE: review it)" if i else ""))
+    return written

@@ -136,7 +136,11 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
         "CONTRACT 6 lock order: a claim locks run, work and task; the guarded update still picks "
         "one winner, so only the race's contention gate sees it (the old gate accepted any wait, "
         "the hook barrier's included, and passed)",
-        (Target("races", "double_claim", ("double_claim_contention_proven",)),),
+        (
+            Target(
+                "races", "double_claim", ("double_claim_contention_proven", "double_claim_transcript_matches_expected")
+            ),
+        ),
         edits=(
             Edit(
                 CLAIM,
@@ -222,6 +226,20 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
                 "0660_function__v2_next_action.sql",
                 "when b.status = 'created' and a.status = 'completed' then 'dispatch_b'",
                 "when b.status <> 'completed' and a.status = 'completed' then 'dispatch_b'",
+            ),
+        ),
+    ),
+    Mutant(
+        "prune_deletes_the_archive_of_a_live_run",
+        "CONTRACT 6: pruning never touches a non-terminal v2 run (found by the race reconcile_vs_prune: "
+        "the archive of a run waiting for its final reconcile was pruned)",
+        (Target("races", "reconcile_vs_prune", (CONSISTENCY,)),),
+        edits=(
+            Edit(
+                "0550_function_prune_data_older_than.sql",
+                """        'delete from pgmq.%I as a where a.archived_at < $1 and not exists ('
+        'select from engine.step_tasks as t where t.queue_name = $2 and t.message_id = a.msg_id)',""",
+                """        'delete from pgmq.%I as a where a.archived_at < $1 or $2 is null',""",
             ),
         ),
     ),
