@@ -54,6 +54,10 @@ def test_smoke_run_of_every_notebook(server: Server, tmp_path: Path) -> None:
         "probes": 10,
         "soak_runs": 100,
         "restart_runs": 0,
+        "compare_repetitions": 1,
+        "compare_seconds": 0.5,
+        "compare_connections": "1",
+        "growth_points": "",
         "threads": 12,
         "mutants": "settle_does_not_archive_the_message,claim_without_row_locks,public_may_settle",
     }

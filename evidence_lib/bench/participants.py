@@ -37,6 +37,12 @@ def _raw_loop(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> No
                     conn.execute("select pgmq.archive(%s, %s::bigint)", (queue, mid))
 
 
+def _plain(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
+    from evidence_lib.bench.plain import unit_loop
+
+    unit_loop(url, opts, stop, times)
+
+
 def _producer(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
     from evidence_lib.engine import v1, v2
     from evidence_lib.pg.db import connect
@@ -97,6 +103,7 @@ def _on_stop(stop: Any, action: Callable[[], None]) -> None:
 
 KINDS: dict[str, Callable[[str, dict[str, Any], Any, CallTimes], None]] = {
     "raw": _raw_loop,
+    "plain": _plain,
     "producer": _producer,
     "worker": _worker,
     "reconciler": _reconciler,

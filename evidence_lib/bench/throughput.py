@@ -82,25 +82,29 @@ class ServerCpu:
         return total
 
 
-def _measure(
+def measure(
     server: Server, url: str, specs: list[Spec], count_sql: str, warmup: float, seconds: float
 ) -> dict[str, Any]:
+    """Run the participants, warm up, then measure a window: units done (read back with
+    `count_sql`), every call's latency, the server's, the clients' and everything else's CPU."""
     cpu = ServerCpu(server)
     with run_case(url, specs) as (handle, finish), connect(url, application_name="perf_window") as conn:
         time.sleep(warmup)  # warm-up: processes connected, plans cached (not an ordering)
         handle.reset.set()
-        units0, cpu0, client0, t0 = (
+        units0, cpu0, client0, t0, all0 = (
             int(one(conn, count_sql)),
             cpu.seconds(),
             handle.cpu_seconds(),
             time.perf_counter(),
+            _machine_cpu(),
         )
         time.sleep(seconds)  # the measuring window
-        units1, cpu1, client1, t1 = (
+        units1, cpu1, client1, t1, all1 = (
             int(one(conn, count_sql)),
             cpu.seconds(),
             handle.cpu_seconds(),
             time.perf_counter(),
+            _machine_cpu(),
         )
         calls, errors = finish()
     return {
@@ -110,7 +114,16 @@ def _measure(
         "errors": errors,
         "server_cpu": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
         "client_cpu": client1 - client0,
+        "foreign_cpu": None
+        if cpu0 is None or cpu1 is None
+        else max(0.0, (all1 - all0) - (cpu1 - cpu0) - (client1 - client0)),
     }
+
+
+def _machine_cpu() -> float:
+    """CPU seconds the whole machine spent outside idle (all cores)."""
+    t = psutil.cpu_times()
+    return float(t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0))
 
 
 def _result(case: str, workers: int, unit: str, specs: list[Spec], out: dict[str, Any]) -> Throughput:
@@ -131,7 +144,7 @@ def raw_pgmq(server: Server, url: str, connections: int, seconds: float, warmup:
     with connect(url) as conn:
         conn.execute("select pgmq.create('perf_raw')")
     specs: list[Spec] = [("raw", {"queue": "perf_raw"}) for _ in range(connections)]
-    out = _measure(server, url, specs, "select count(*) from pgmq.a_perf_raw", warmup, seconds)
+    out = measure(server, url, specs, "select count(*) from pgmq.a_perf_raw", warmup, seconds)
     return _result("raw PGMQ send+read+archive", connections, "msgs", specs, out)
 
 
@@ -143,7 +156,7 @@ def v1_runs(server: Server, url: str, workers: int, seconds: float, warmup: floa
     specs += [
         ("worker", {"slug": slug, "mode": "flow", "protocol": "v1", "name": f"perf_v1_{i}"}) for i in range(workers)
     ]
-    out = _measure(
+    out = measure(
         server,
         url,
         specs,
@@ -183,7 +196,7 @@ def v2_runs(
         for i in range(count)
     ]
     specs += [("reconciler", {"name": f"perf_reconciler_{i}"}) for i in range(reconcilers)]
-    out = _measure(
+    out = measure(
         server,
         url,
         specs,

@@ -43,6 +43,20 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCH_TABLES = (
+    "comparison",
+    "comparison_ratios",
+    "growth",
+    "targets",
+    "throughput",
+    "latency",
+    "one_run_phases",
+    "starvation",
+    "soak",
+    "restart_soak",
+)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -53,11 +67,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         seconds=args.seconds,
         backlog=args.backlog,
         soak_runs=args.soak_runs,
+        restart_runs=args.restart_runs,
+        compare_repetitions=args.repetitions,
+        anchor_version=args.anchor_version,
+        growth_points=args.growth,
         database_url=args.database_url or "",
     )
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 60):
         print(result.notes[0] if result.notes else "")
-        for name in ("targets", "throughput", "latency", "one_run_phases", "starvation", "soak"):
+        for name in BENCH_TABLES:
             if name in result.tables:
                 print(f"\n== {name}\n{result.tables[name].to_string(index=False)}")
     print("\n" + result.verdict())
@@ -150,9 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="throughput and latency: raw PGMQ vs the engine")
     _server_args(p)
     p.add_argument("--seconds", type=float, default=3.0, help="measuring window per case")
-    p.add_argument("--workers", default="1,2,4", help="worker counts to measure")
+    p.add_argument("--workers", default="1,2,4,8", help="worker counts to measure")
     p.add_argument("--backlog", type=int, default=10_000, help="queued A messages in the starvation experiment")
     p.add_argument("--soak-runs", type=int, default=1000, help="runs per soak and queue mode")
+    p.add_argument("--restart-runs", type=int, default=300, help="runs per queue mode in the restart soak (0 skips)")
+    p.add_argument("--repetitions", type=int, default=5, help="repetitions of the side-by-side comparison")
+    p.add_argument("--anchor-version", default="0.8.1", help="@pgflow/core version (npm pack) for the anchor")
+    p.add_argument("--growth", default="0,10000,100000", help="completed runs preloaded for the growth measurement")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("takeover", help="take over claims past their lease horizon, once each (operators)")
     p.add_argument("--database-url", default=None, help="the server (default: $DATABASE_URL)")

@@ -55,6 +55,7 @@ class ScenarioResult:
     log_lines: list[str] = field(default_factory=list)
     error: str | None = None
     headline: str = ""  # one line the index shows next to the scenario's verdict
+    targets_missed: list[str] = field(default_factory=list)  # measurements below their targets (not gates)
 
     # -- building ----------------------------------------------------------------------------
 
@@ -140,7 +141,11 @@ class ScenarioResult:
             return f"FAIL: the scenario raised {self.error}"
         if not self.gates:
             return "FAIL: no gate was computed"
-        return "PASS: every gate is green" if not failed else f"FAIL: {len(failed)} red gate(s): {', '.join(failed)}"
+        if failed:
+            return f"FAIL: {len(failed)} red gate(s): {', '.join(failed)}"
+        if self.targets_missed:
+            return f"PASS, targets missed: {'; '.join(self.targets_missed)}"
+        return "PASS: every gate is green"
 
     def timing_chart(self, name: str = "timings", title: str | None = None) -> Figure:
         """Horizontal bars of every measured phase (ms), one colour per label group."""
@@ -177,6 +182,7 @@ class ScenarioResult:
             "timings": self.timings,
             "notes": self.notes,
             "headline": self.headline,
+            "targets_missed": self.targets_missed,
             "transcripts": self.transcripts,
         }
 

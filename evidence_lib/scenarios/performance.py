@@ -19,6 +19,7 @@ from evidence_lib.bench import throughput
 from evidence_lib.bench.starvation import run_starvation
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.pg.db import Server, connect, rows
+from evidence_lib.scenarios.performance_more import comparison, history, over_time
 from evidence_lib.scenarios.performance_restart import restart_soak
 from evidence_lib.scenarios.soak import run_soak
 from evidence_lib.scenarios.support import consistency
@@ -29,16 +30,21 @@ TARGET_RATIO, TARGET_CPU_MS = 0.40, 6.0
 
 
 def run(
-    workers: str = "1,2,4",
-    seconds: float = 3.0,
+    workers: str = "1,2,4,8",
+    seconds: float = 2.0,
     backlog: int = 10_000,
     probes: int = 50,
     a_ms: float = 10.0,
-    soak_runs: int = 1000,
+    soak_runs: int = 600,
     soak_workers: int = 4,
     soak_reconcilers: int = 2,
     fault_rate: float = 0.02,
     restart_runs: int = 300,
+    compare_repetitions: int = 3,
+    compare_seconds: float = 1.5,
+    compare_connections: str = "1,2",
+    anchor_version: str = "0.8.1",
+    growth_points: str = "0,10000,100000",
     queue_modes: str = "flow,step",
     database_url: str = "",
     hooks: str = "",
@@ -57,6 +63,11 @@ def run(
             "soak_reconcilers": soak_reconcilers,
             "fault_rate": fault_rate,
             "restart_runs": restart_runs,
+            "compare_repetitions": compare_repetitions,
+            "compare_seconds": compare_seconds,
+            "compare_connections": compare_connections,
+            "anchor_version": anchor_version,
+            "growth_points": growth_points,
             "queue_modes": queue_modes,
             "hooks": hooks,
         },
@@ -69,6 +80,10 @@ def run(
             }
         result.notes.append("server: " + ", ".join(f"{k}={v}" for k, v in settings.items()) + f" ({server.kind})")
         parts: list[Callable[[], None]] = [
+            lambda: comparison(
+                result, server, compare_repetitions, compare_seconds, anchor_version, compare_connections
+            ),
+            lambda: history(result, server, growth_points, compare_seconds),
             lambda: _throughput(result, server, workers, seconds, hooks),
             lambda: _starvation(result, server, backlog, probes, a_ms),
             lambda: _soak(result, server, queue_modes, soak_runs, soak_workers, soak_reconcilers, fault_rate, hooks),
@@ -146,6 +161,17 @@ def _throughput(result: ScenarioResult, server: Server, workers: str, seconds: f
     result.table("throughput", table)
     result.table("latency", latency)
     result.table("targets", targets)
+    for t in targets:  # measurements against their targets, not gates
+        if not t["ratio_target_met"]:
+            result.targets_missed.append(
+                f"real workers at {t['workers']}: v2 at {t['v2_over_raw_bound']} of the raw bound "
+                f"(target {TARGET_RATIO})"
+            )
+        if t["cpu_target_met"] is False:
+            result.targets_missed.append(
+                f"real workers at {t['workers']}: {t['v2_server_cpu_ms_per_run']:.1f} ms server CPU per v2 run "
+                f"(target {TARGET_CPU_MS})"
+            )
     _throughput_charts(result, targets, latency, max(counts))
 
 
@@ -274,6 +300,13 @@ def _soak(
                 consistency.check(result, conn, mode, f"soak of {runs} runs with faults")
         for name, (passed, detail) in soak.gates.items():
             result.gate(f"soak: {name}", passed, detail, mode)
+        over_time(
+            result,
+            f"soak_over_time_{mode}",
+            f"Soak ({mode} mode): throughput and latency with every injected fault",
+            soak.completions,
+            soak.faults,
+        )
         table.append(
             {
                 "mode": mode,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Server, connect
+from evidence_lib.scenarios.performance_more import over_time
 from evidence_lib.scenarios.restart_fault import run_restart
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.setup import modes, scenario_database
@@ -59,4 +60,11 @@ def restart_soak(result: ScenarioResult, server: Server, queue_modes: str, runs:
             }
         )
         result.append_rows("restart_resumes", [r | {"mode": mode} for r in outcome.resumes])
+        over_time(
+            result,
+            f"restart_soak_over_time_{mode}",
+            f"Restart soak ({mode} mode): throughput and latency, each server crash shaded",
+            outcome.completions,
+            [(c["crashed_at"], c["back_at"], "server crash") for c in outcome.crashes],
+        )
     result.table("restart_soak", table)

@@ -28,7 +28,7 @@ from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, route, with
 from evidence_lib.engine.jsontypes import Json
 from evidence_lib.pg.control import Crash, ServerControl
 from evidence_lib.pg.db import connect, one, rows
-from evidence_lib.scenarios.support.readback import message_facts
+from evidence_lib.scenarios.support.readback import message_facts, timeline
 from evidence_lib.workers.config import WorkerConfig
 from evidence_lib.workers.reconciler import Reconciler
 from evidence_lib.workers.takeover import take_over_expired
@@ -52,6 +52,7 @@ class RestartResult:
     run_ids: dict[str, str] = field(default_factory=dict)  # run uuid -> the run input's id
     gave_up_with_time_left: list[str] = field(default_factory=list)
     longest_reconnect_wait: float = 0.0  # seconds between two connect attempts while the server was away
+    completions: list[tuple[float, float]] = field(default_factory=list)  # (wall time, run ms)
     seconds: float = 0.0
 
     @property
@@ -234,6 +235,7 @@ def _read_back(result: RestartResult, url: str, flow: Any, pool: list[V2Worker],
             "(select count(*) from engine.task_settlements) as settlements",
         )[0] | message_facts(conn, sorted({route(flow, "A"), route(flow, "B")}))
         result.run_ids = {str(r[0]): str(r[1]) for r in conn.execute("select run_id, input->>'id' from engine.runs")}
+        result.completions, _ = timeline(conn)
     for worker in pool:
         for s in worker.stats.settlements:
             if s.final == "gave_up":

@@ -20,7 +20,7 @@ from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, route, with
 from evidence_lib.engine.jsontypes import Json
 from evidence_lib.harness.faults import LostAckProxy, xact_status
 from evidence_lib.pg.db import connect, one, rows
-from evidence_lib.scenarios.support.readback import deadlock_count, message_facts
+from evidence_lib.scenarios.support.readback import deadlock_count, message_facts, timeline
 from evidence_lib.workers.config import WorkerConfig
 from evidence_lib.workers.reconciler import Reconciler
 from evidence_lib.workers.takeover import take_over_expired
@@ -40,6 +40,8 @@ class SoakResult:
     facts: dict[str, Any] = field(default_factory=dict)
     deadlocks_before: int = 0
     deadlocks_after: int = 0
+    completions: list[tuple[float, float]] = field(default_factory=list)  # (wall time, run ms)
+    faults: list[tuple[float, float, str]] = field(default_factory=list)  # (from, to, kind)
 
     @property
     def gates(self) -> dict[str, tuple[bool, str]]:
@@ -187,6 +189,7 @@ def run_soak(
                 for t in threads:
                     t.join(30)
             drops = [e.detail for e in proxy.events if e.event == "reply_dropped"]
+            result.faults += [(e.at, e.at, "lost acknowledgement") for e in proxy.events if e.event == "reply_dropped"]
         result.deadlocks_after = deadlock_count(url)
         f: dict[str, Any] = rows(conn, FACTS)[0] | message_facts(conn, sorted({route(flow, "A"), route(flow, "B")}))
         taken_runs = {
@@ -213,4 +216,6 @@ def run_soak(
         )
         f["proxy_drops"] = sorted(set(drops))
         result.facts = f
+        result.completions, takeovers = timeline(conn)
+        result.faults += [(a, b, "takeover (lease expired -> revoked)") for a, b in takeovers]
     return result

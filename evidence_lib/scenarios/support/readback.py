@@ -77,3 +77,23 @@ def deadlock_count(url: str) -> int:
     with connect(url) as conn:
         conn.execute("select pg_stat_clear_snapshot()")
         return int(one(conn, "select deadlocks from pg_stat_database where datname = current_database()") or 0)
+
+
+def timeline(conn: Conn) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """(completion time, run latency ms) of every completed run, and the (lease horizon,
+    revoked at) interval of every claim a takeover revoked: what a fault-band chart draws."""
+    runs = [
+        (float(t), float(ms))
+        for t, ms in conn.execute(
+            "select extract(epoch from completed_at), extract(epoch from completed_at - started_at) * 1000 "
+            "from engine.runs where status = 'completed' order by completed_at"
+        ).fetchall()
+    ]
+    takeovers = [
+        (float(a), float(b))
+        for a, b in conn.execute(
+            "select extract(epoch from lease_expires_at), extract(epoch from revoked_at) "
+            "from engine.task_claims where state = 'revoked'"
+        ).fetchall()
+    ]
+    return runs, takeovers
