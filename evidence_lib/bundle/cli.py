@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     _server_args(p)
     p.add_argument("--seconds", type=float, default=3.0, help="measuring window per case")
     p.add_argument("--workers", default="1,2,4,8", help="worker counts to measure")
-    p.add_argument("--backlog", type=int, default=10_000, help="queued A messages in the starvation experiment")
+    p.add_argument("--backlog", type=int, default=3_000, help="queued A messages in the starvation experiment")
     p.add_argument("--soak-runs", type=int, default=1000, help="runs per soak and queue mode")
     p.add_argument("--restart-runs", type=int, default=300, help="runs per queue mode in the restart soak (0 skips)")
     p.add_argument("--repetitions", type=int, default=5, help="repetitions of the side-by-side comparison")

@@ -10,6 +10,7 @@ met or not; the soak and the starvation isolation are gates.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,17 +32,17 @@ TARGET_RATIO, TARGET_CPU_MS = 0.40, 6.0
 
 def run(
     workers: str = "1,2,4,8",
-    seconds: float = 2.0,
-    backlog: int = 10_000,
+    seconds: float = 1.0,
+    backlog: int = 3_000,
     probes: int = 50,
     a_ms: float = 10.0,
-    soak_runs: int = 600,
+    soak_runs: int = 400,
     soak_workers: int = 4,
     soak_reconcilers: int = 2,
     fault_rate: float = 0.02,
-    restart_runs: int = 300,
+    restart_runs: int = 150,
     compare_repetitions: int = 3,
-    compare_seconds: float = 1.5,
+    compare_seconds: float = 1.0,
     compare_connections: str = "1,2",
     anchor_version: str = "0.8.1",
     growth_points: str = "0,10000,100000",
@@ -89,11 +90,14 @@ def run(
             lambda: _soak(result, server, queue_modes, soak_runs, soak_workers, soak_reconcilers, fault_rate, hooks),
             lambda: restart_soak(result, server, queue_modes, restart_runs, hooks),
         ]
-        for i, part in enumerate(parts, 1):
+        names = ["comparison", "growth", "throughput", "starvation", "soak", "restart soak"]
+        for i, (name, part) in enumerate(zip(names, parts, strict=True), 1):
+            started = time.perf_counter()
             try:
                 part()
             except Exception as exc:
                 result.gate(f"part_{i}_ran_to_the_end", False, f"{type(exc).__name__}: {exc}")
+            result.timing(f"part: {name}", time.perf_counter() - started)
     consistency.gates(result)
     return result
 

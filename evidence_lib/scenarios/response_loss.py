@@ -18,6 +18,7 @@ from evidence_lib.harness.ab_flow import step_of
 from evidence_lib.harness.faults import LostAckProxy, proxy_summary, xact_status
 from evidence_lib.harness.snapshots import diff, snapshot
 from evidence_lib.pg import db
+from evidence_lib.pg.control import Crash
 from evidence_lib.pg.db import connect, one
 from evidence_lib.scenarios.restart_fault import run_restart
 from evidence_lib.scenarios.support import consistency
@@ -44,15 +45,18 @@ def run(queue_modes: str = "flow,step", repeat: int = 3, database_url: str = "",
     return result
 
 
-def parts(repeat: int = 3) -> list[PartSpec]:
-    """The scenario's parts; `repeat` lost acknowledgements per queue mode."""
+def parts(repeat: int = 3, crashes: tuple[Crash, ...] = ("immediate", "kill9")) -> list[PartSpec]:
+    """The scenario's parts; `repeat` lost acknowledgements per queue mode; the server crashes
+    `crashes` times under work (the negative controls use one crash, which is enough to tell)."""
     return [
         PartSpec("replay", single_database(partial(_prove, repeat=repeat))),
-        PartSpec("server_restart", server_restart),
+        PartSpec("server_restart", partial(server_restart, crashes=crashes)),
     ]
 
 
-def server_restart(result: ScenarioResult, databases: Databases, mode: QueueMode) -> None:
+def server_restart(
+    result: ScenarioResult, databases: Databases, mode: QueueMode, crashes: tuple[Crash, ...] = ("immediate", "kill9")
+) -> None:
     """The whole server crashes twice (immediate, then SIGKILL to the postmaster) under work and
     comes back; gates from `restart_fault`. Skipped, and said, on a server this suite does not own."""
     control = databases.server.control
@@ -65,8 +69,8 @@ def server_restart(result: ScenarioResult, databases: Databases, mode: QueueMode
     with databases() as url:
         with connect(url) as conn:  # a crash must not lose an acknowledged commit
             conn.execute(f"alter database {db.database_name(url)} set synchronous_commit = on")
-        with timed(result, "two crashes and restarts under work", mode=mode):
-            outcome = run_restart(url, control, mode)
+        with timed(result, f"{len(crashes)} crash(es) and restart(s) under work", mode=mode):
+            outcome = run_restart(url, control, mode, crashes=crashes)
         with connect(url) as conn:
             consistency.check(result, conn, mode, "after two server crashes")
     result.append_rows("server_restarts", [c | {"mode": mode} for c in outcome.crashes])

@@ -133,7 +133,7 @@ def run_restart(
     control: ServerControl,
     mode: QueueMode = "flow",
     *,
-    runs: int = 60,
+    runs: int = 40,
     workers: int = 2,
     crashes: tuple[Crash, ...] = ("immediate", "kill9"),
     outage: float = 3.0,

@@ -38,7 +38,7 @@ from evidence_lib.scenarios.support.setup import scenario_server
 SCENARIO = "10_negative_controls"
 PARTS: dict[str, Callable[[], list[PartSpec]]] = {
     "ab_proof": lambda: ab_proof.PARTS,
-    "response_loss": lambda: response_loss.parts(repeat=1),
+    "response_loss": lambda: response_loss.parts(repeat=1, crashes=("kill9",)),
     "races": lambda: races.parts(repeat=1),
     "reconciliation": lambda: reconciliation.PARTS,
     "queue_identity": lambda: queue_identity.PARTS,
