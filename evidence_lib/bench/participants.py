@@ -144,7 +144,7 @@ class CaseHandle:
         for p in self.processes:
             try:
                 t = psutil.Process(p.pid).cpu_times()
-                total += t.user + t.system
+                total += float(t.user + t.system)
             except psutil.Error:
                 continue
         return total

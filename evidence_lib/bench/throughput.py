@@ -72,11 +72,11 @@ class ServerCpu:
         if self.root is None:
             return None
         root = self.root.cpu_times()  # children_* holds the backends that already exited
-        total = root.user + root.system + root.children_user + root.children_system
+        total = float(root.user + root.system + root.children_user + root.children_system)
         for proc in self.root.children(recursive=True):
             try:
                 t = proc.cpu_times()
-                total += t.user + t.system
+                total += float(t.user + t.system)
             except psutil.Error:
                 continue
         return total
