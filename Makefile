@@ -11,14 +11,23 @@ EVIDENCE_ARGS ?=
 SCENARIOS ?=
 REPEAT ?=
 PARAMS ?=
+PG ?=
+VERSIONS ?=
+OLD ?=
+NEW ?=
+# PG=15: run on that PostgreSQL major's installed server binaries (Debian's postgresql-15)
+ifneq ($(strip $(PG)),)
+export EVIDENCE_PG := $(strip $(PG))
+endif
 
-.PHONY: help setup test lint check-schema pytest pgtap evidence races races-accept example bench lab clean
+.PHONY: help setup test lint check-schema pytest pgtap evidence matrix compare races races-accept example bench lab clean
 
 help: ## list the targets
 	@echo "Dirty Runs evidence: make <target>"
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  %-14s %s\n", $$1, $$2}'
 	@echo ""
-	@echo "Set DATABASE_URL to use your own PostgreSQL; otherwise a throwaway embedded one is started."
+	@echo "Set DATABASE_URL to use your own PostgreSQL; otherwise a throwaway embedded one (PostgreSQL 18) is started."
+	@echo "PG=15 runs test/evidence on Debian's PostgreSQL 15 binaries (sudo apt-get install postgresql-15)."
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: python3.11 (or python3 >= 3.11) with venv is required"; exit 1; }
@@ -44,10 +53,17 @@ pytest: $(STAMP) ## the pytest suite (real PostgreSQL, real PGMQ, real sessions)
 pgtap: $(STAMP) ## the pgTAP files with pg_prove (says loudly when pgTAP is missing)
 	$(BIN)/python -m evidence_lib pgtap
 
-test: lint check-schema pytest pgtap ## everything CI runs: lint, schema sync, pytest, pgTAP
+test: lint check-schema pytest pgtap ## everything CI runs: lint, schema sync, pytest, pgTAP (PG=15 on PostgreSQL 15)
 
-evidence: $(STAMP) ## run the evidence notebooks, write a dated bundle (SCENARIOS=races REPEAT=20 PARAMS="queue_modes=step")
+evidence: $(STAMP) ## run the evidence notebooks, write a dated bundle (SCENARIOS=races REPEAT=20 PARAMS="queue_modes=step" PG=15)
 	$(BIN)/python -m evidence_lib evidence $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(REPEAT),--repeat $(REPEAT)) $(foreach p,$(PARAMS),-p $(p)) $(EVIDENCE_ARGS)
+
+matrix: $(STAMP) ## the correctness scenarios on every installed PostgreSQL version into one bundle (VERSIONS=18,15)
+	$(BIN)/python -m evidence_lib matrix $(if $(VERSIONS),--versions $(VERSIONS)) $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(REPEAT),--repeat $(REPEAT)) $(foreach p,$(PARAMS),-p $(p)) $(EVIDENCE_ARGS)
+
+compare: $(STAMP) ## compare two bundles: make compare OLD=outputs/<bundle> NEW=outputs/<bundle>
+	@test -n "$(OLD)" -a -n "$(NEW)" || { echo "usage: make compare OLD=outputs/<older bundle> NEW=outputs/<newer bundle>"; exit 2; }
+	$(BIN)/python -m evidence_lib compare "$(OLD)" "$(NEW)"
 
 races: $(STAMP) ## only the races scenario into a bundle, every interleaving REPEAT times (default 3; REPEAT=20 for a long run)
 	$(BIN)/python -m evidence_lib evidence --scenarios races --repeat $(or $(REPEAT),3) $(foreach p,$(PARAMS),-p $(p))

@@ -35,3 +35,10 @@ def db_url(server: Server, template_db: str) -> Iterator[str]:
 def conn(db_url: str) -> Iterator[Conn]:
     with db.connect(db_url, application_name="test") as c:
         yield c
+
+
+def pytest_report_header() -> str:
+    import os
+
+    asked = os.environ.get(db.PG_ENV) or f"{db.EMBEDDED_MAJOR} (embedded)"
+    return f"PostgreSQL: {'DATABASE_URL' if os.environ.get('DATABASE_URL') else asked}"

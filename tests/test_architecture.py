@@ -33,6 +33,7 @@ SCENARIO_IMPORTERS = {
     "tests/test_v2_stress.py",
     "tests/test_negative_controls.py",
     "tests/test_worker_outages.py",
+    "tests/test_model.py",
 }
 MAX_LINES = 400
 

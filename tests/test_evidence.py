@@ -3,10 +3,18 @@ parameters, parameter validation, and a deliberately failing gate turning the ru
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -62,22 +70,131 @@ def test_smoke_run_of_every_notebook(server: Server, tmp_path: Path) -> None:
         "mutants": "settle_does_not_archive_the_message,claim_without_row_locks,public_may_settle",
     }
     code = run_evidence("", small, database_url=server.maintenance_url, out=bundle)
+    assert code == 0
+    check_bundle(bundle)
+
+
+def check_bundle(bundle: Path) -> None:
+    """Everything a full green bundle must be (also run by hand on a `make evidence` bundle)."""
     manifest = json.loads((bundle / "manifest.json").read_text())
     red = {k: v for k, v in manifest["gates"].items() if v != "PASS"}
-    assert code == 0 and manifest["passed"] and not red, (red, [n["error"] for n in manifest["notebooks"]])
+    assert manifest["passed"] and not red, (red, [n["error"] for n in manifest["notebooks"]])
     for stem in SCENARIOS.values():
         sidecar = json.loads((bundle / "sidecars" / f"{stem}.json").read_text())
         assert sidecar["passed"] and sidecar["gates"], stem
         assert sidecar["parameters"].get("queue_modes", "step") == "step"
+        for gate in sidecar["gates"]:
+            assert not REPR.search(str(gate["detail"])), (stem, gate["name"], gate["detail"])
         for suffix in (".html", ".full.html"):
-            assert (bundle / "html" / f"{stem}{suffix}").stat().st_size > 10_000
+            page = (bundle / "html" / f"{stem}{suffix}").read_text()
+            assert 10_000 < len(page.encode()) < 5 * 1024 * 1024, (stem, suffix)
+            assert_stands_alone(page, manifest)
+            assert f"<title>{stem}: PASS" in page
         assert (bundle / f"{stem}.ipynb").exists() and (bundle / "logs" / f"{stem}.log").exists()
+        assert_rerunnable(bundle / f"{stem}.ipynb")
     assert manifest["migration_artifact"]["sha256"] and manifest["schema_sync"]["in_sync"]
+    assert_manifest_reproduces(manifest)
     index = (bundle / "index.html").read_text()
     assert "PASS" in index and "negative controls: 3 of 3 killed" in index
+    assert_stands_alone(index, manifest)
+    assert "data:image/png;base64," in index and 'src="charts/' not in index, "the index embeds its charts"
+    assert len(index.encode()) < 5 * 1024 * 1024 and "Reproduce:" in index
+    summary = (bundle / "summary.md").read_text()
+    assert manifest["migration_artifact"]["sha256"] in summary and "Dirty Runs evidence: PASS" in summary
+    assert all(f"| {stem} |" in summary for stem in SCENARIOS.values()) and "### Red gates" in summary
+    assert "### Performance headline" in summary and "v2_over_anchor" in summary
+    assert (bundle / "bundle.zip").stat().st_size < 25 * 1024 * 1024
     names = zipfile.ZipFile(bundle / "bundle.zip").namelist()
     assert any(n.endswith("manifest.json") for n in names) and any(n.endswith("index.html") for n in names)
-    assert list((bundle / "charts").glob("*.png")) and list((bundle / "tables").glob("*.csv"))
+    assert list((bundle / "charts").glob("*.png"))
+    tables = list((bundle / "tables").glob("*.csv"))
+    assert tables and all(t.read_text().split(",")[0].strip() == "postgresql" for t in tables), "server in every table"
+    floats = [f"{t.name}: {c}" for t in tables for c in integral_float_columns(t)]
+    assert not floats, f"integers written as floats in {floats}"
+    pool_chatter = [p.name for p in (bundle / "logs").glob("*.log") if "INFO psycopg.pool" in p.read_text()]
+    assert not pool_chatter, pool_chatter
+
+
+def integral_float_columns(path: Path) -> list[str]:
+    """Columns whose every value is written like `2.0` (ids and counts must read `2`)."""
+    with path.open(newline="") as source:
+        rows = list(csv.DictReader(source))
+    columns = list(rows[0]) if rows else []
+    return [c for c in columns if all(re.fullmatch(r"-?\d+\.0", r[c] or "") for r in rows)]
+
+
+REPR = re.compile(r"UUID\(|datetime\.|\{'|\w+\(\w+=|\[\('")
+
+
+def assert_stands_alone(page: str, manifest: dict[str, Any]) -> None:
+    """A page attached alone is proof: revision, artifact sha256, date, server, stamp; nothing
+    fetched from the network."""
+    assert manifest["revision"] in page and manifest["migration_artifact"]["sha256"] in page
+    assert manifest["started_at"] in page and "PostgreSQL " in page
+    assert "NOT CANDIDATE EVIDENCE" in page or "Candidate evidence" in page
+    assert "<title>Notebook</title>" not in page
+    assert not re.search(r"<script[^>]+src=\"?https?://", page), "a script from the network"
+    assert not re.search(r"<link[^>]+href=\"?https?://", page), "a stylesheet from the network"
+
+
+def assert_rerunnable(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert injected and 'database_url = ""' in injected[0].source and 'bundle_dir = ""' in injected[0].source
+    assert "/tmp/" not in injected[0].source and "host=" not in injected[0].source
+
+
+def assert_manifest_reproduces(manifest: dict[str, Any]) -> None:
+    assert manifest["command_line"] and manifest["reproduce"].startswith("git checkout ")
+    assert manifest["machine"]["cores"] and manifest["machine"]["cpu"] and manifest["machine"]["os"]
+    settings = manifest["servers"][0]["settings"]
+    assert {"fsync", "synchronous_commit", "shared_buffers", "server_version"} <= settings.keys()
+    assert manifest["pgmq"]["sql"] and len(manifest["packages"]) > 30
+    used = manifest["parameters"]["01_ab_proof"]
+    assert used["queue_modes"] == "step" and "hooks" in used, "every parameter, defaults included"
+    assert manifest["parameters"]["07_performance"]["anchor_version"], "a default the run did not override"
+    assert manifest["dirty"] == bool(manifest["dirty_files"])
+
+
+def test_an_unreachable_server_leaves_no_bundle(tmp_path: Path) -> None:
+    from evidence_lib.pg.db import ServerUnavailable
+
+    with pytest.raises(ServerUnavailable):
+        run_evidence("ab_proof", {}, database_url=f"postgresql://nobody@/postgres?host={tmp_path}", out=tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
+def test_ctrl_c_leaves_a_bundle_marked_interrupted_and_no_kernel_file(tmp_path: Path) -> None:
+    """SIGINT while the second notebook runs: exit 130, a bundle with what ran, marked
+    interrupted; the kernel's connection file and sockets are gone with the runner's folder."""
+    bundle, scratch = tmp_path / "b", Path(tempfile.mkdtemp(prefix="ev-", dir="/tmp"))  # short: IPC paths
+    command = [sys.executable, "-m", "evidence_lib", "evidence", "--scenarios", "queue_identity,races",
+               "-p", "queue_modes=step", "--out", str(bundle)]  # fmt: skip
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | {"TMPDIR": str(scratch)}
+    )
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # bounded: the runner prints at least every 10 s
+        seen.append(line)
+        if "permutation runs" in line:  # the races notebook is running a permutation
+            proc.send_signal(signal.SIGINT)
+            break
+    try:
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert code == 130, "".join(seen)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["interrupted"] and manifest["exit_code"] == 130 and not manifest["passed"]
+    statuses = {n["scenario"]: n["status"] for n in manifest["notebooks"]}
+    assert statuses == {"05_queue_identity": "ok", "03_races": "interrupted"}
+    assert "INTERRUPTED" in (bundle / "index.html").read_text() and (bundle / "summary.md").exists()
+    leftovers = [p for p in scratch.rglob("*") if p.name.startswith(("evidence-runtime", "kernel")) or
+                 p.suffix == ".json" or "-ipc-" in p.name]  # fmt: skip
+    assert not leftovers, leftovers
+    assert not list((NOTEBOOKS_DIR).glob("kernel-ipc-*"))
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def test_an_armed_hook_that_breaks_an_invariant_turns_the_run_red(server: Server, tmp_path: Path) -> None:

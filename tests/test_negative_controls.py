@@ -11,7 +11,7 @@ import pytest
 
 from evidence_lib.bundle.result import DuplicateGate, ScenarioResult
 from evidence_lib.bundle.runner import gate_map
-from evidence_lib.bundle.writer import NotebookRun
+from evidence_lib.bundle.runs import NotebookRun
 from evidence_lib.harness.isolation import run_spec
 from evidence_lib.pg import pgtap
 from evidence_lib.pg.db import Server

@@ -16,7 +16,7 @@ from tests.helpers import scalar
 
 def test_embedded_server_is_removed_on_exit() -> None:
     with db.open_server() as s:
-        assert s.kind == "embedded" and s.data_dir is not None and s.data_dir.exists()
+        assert s.kind == "throwaway" and s.data_dir is not None and s.data_dir.exists()
         data_dir = s.data_dir
         with s.admin() as c:
             assert scalar(c, "show listen_addresses") == ""  # Unix socket only
@@ -60,3 +60,11 @@ def test_an_external_server_gets_scratch_databases_only(server: Server) -> None:
             name = scalar(c, "select current_database()")
         with external.admin() as a:
             assert scalar(a, "select count(*) from pg_database where datname = %s", (name,)) == 0
+
+
+def test_the_server_is_the_postgresql_version_asked_for(server: Server) -> None:
+    """`make test PG=15` must really run on PostgreSQL 15 (and the default on the embedded 18)."""
+    with server.admin() as conn:
+        major = str(db.one(conn, "select current_setting('server_version_num')::int / 10000"))
+    if not os.environ.get("DATABASE_URL"):
+        assert major == (os.environ.get(db.PG_ENV) or db.EMBEDDED_MAJOR)

@@ -91,6 +91,8 @@ def growth(
                     pruned = one(conn, "select engine.prune_data_older_than(interval '30 minutes')")
                     label = f"after pruning {pruned} runs"
                 else:
+                    if progress:
+                        progress(f"growth: loading history up to {point} completed runs")
                     preload(conn, point - done)
                     done = point
                     label = f"{point} completed runs"

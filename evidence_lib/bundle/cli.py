@@ -85,18 +85,55 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_evidence(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from evidence_lib.bundle.runner import parse_parameters, run_evidence
+    from evidence_lib.bundle.params import MATRIX_SCENARIOS, parse_parameters
+    from evidence_lib.bundle.runner import run_evidence
 
     params = parse_parameters(args.param)
     if args.repeat is not None:
         params["repeat"] = args.repeat
+    versions = None
+    if args.command == "matrix":
+        versions = _matrix_versions(args.versions)
+        print(f"matrix: PostgreSQL {', '.join(versions)}", flush=True)
     return run_evidence(
-        args.scenarios,
+        args.scenarios or (",".join(MATRIX_SCENARIOS) if versions else ""),
         params,
         database_url=args.database_url,
         out=Path(args.out) if args.out else None,
         cell_timeout=args.cell_timeout,
+        versions=versions,
     )
+
+
+def _matrix_versions(wanted: str) -> list[str]:
+    """The embedded server's version and every Debian server version installed here (or `wanted`)."""
+    from evidence_lib.pg.cluster import available_majors, bin_dir
+
+    if wanted:
+        versions = [v.strip() for v in wanted.split(",") if v.strip()]
+        for v in versions:
+            if v != db.EMBEDDED_MAJOR:
+                bin_dir(v)  # a clear error naming the apt package when it is not installed
+        return versions
+    found = sorted({db.EMBEDDED_MAJOR, *available_majors()}, key=int, reverse=True)
+    if len(found) == 1:
+        print(
+            f"matrix: only PostgreSQL {found[0]} is available; install another server version with "
+            "`sudo apt-get install postgresql-15` (Debian/Ubuntu) to compare versions",
+            file=sys.stderr,
+        )
+    return found
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from evidence_lib.bundle.compare import write_comparison
+
+    comparison, folder = write_comparison(Path(args.old), Path(args.new), Path(args.out) if args.out else None)
+    print((folder / "compare.md").read_text())
+    print(f"compare: {folder / 'compare.html'}")
+    return 1 if comparison.newly_red else 0
 
 
 def _load_flows(spec: str) -> dict[str, Any]:
@@ -187,21 +224,32 @@ def build_parser() -> argparse.ArgumentParser:
     _server_args(p)
     p.add_argument("--accept", action="store_true", help="run every spec once per mode and write the expected files")
     p.set_defaults(func=cmd_races)
-    p = sub.add_parser("evidence", help="run the evidence scenarios and write a bundle")
-    _server_args(p)
-    p.add_argument("--scenarios", default="", help="comma-separated scenario names (default: all)")
-    p.add_argument(
-        "-p",
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a notebook parameter (checked against the notebooks; repeatable)",
-    )
-    p.add_argument("--repeat", type=int, default=None, help="shortcut for -p repeat=N")
-    p.add_argument("--out", default="", help="bundle folder (default: outputs/<UTC time>-<rev12>)")
-    p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one notebook cell may run")
-    p.set_defaults(func=cmd_evidence)
+    for name, text in (
+        ("evidence", "run the evidence scenarios and write a bundle"),
+        ("matrix", "the correctness scenarios on every available PostgreSQL version, into one bundle"),
+    ):
+        p = sub.add_parser(name, help=text)
+        _server_args(p)
+        p.add_argument("--scenarios", default="", help="comma-separated scenario names (default: all)")
+        p.add_argument(
+            "-p",
+            "--param",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="a notebook parameter (checked against the notebooks; repeatable)",
+        )
+        p.add_argument("--repeat", type=int, default=None, help="shortcut for -p repeat=N")
+        p.add_argument("--out", default="", help="bundle folder (default: outputs/<UTC time>-<rev12>)")
+        p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one notebook cell may run")
+        if name == "matrix":
+            p.add_argument("--versions", default="", help="PostgreSQL majors, e.g. 18,15 (default: all installed)")
+        p.set_defaults(func=cmd_evidence)
+    p = sub.add_parser("compare", help="compare two bundles: gates flipped, performance beyond the noise, timings")
+    p.add_argument("old", help="the earlier bundle folder")
+    p.add_argument("new", help="the later bundle folder")
+    p.add_argument("--out", default="", help="folder for compare.html and compare.md (default: next to NEW)")
+    p.set_defaults(func=cmd_compare)
     return parser
 
 

@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,40 @@ class Gate:
 
 class DuplicateGate(ValueError):
     """A gate was recorded twice under one key; a second verdict would hide the first."""
+
+
+class UnlabelledChart(ValueError):
+    """A chart without a title or an axis label: a reader could not tell what it measures."""
+
+
+def tidy(frame: pd.DataFrame) -> pd.DataFrame:
+    """Float columns whose values are all whole numbers become integers (ids and counts read
+    `2`, not `2.0`, and an advisory key reads `17605720`, not `1.760572e+07`)."""
+    out = frame.copy()
+    for column in out.columns:
+        series = out[column]
+        if pd.api.types.is_float_dtype(series) and series.notna().any():
+            values = series.dropna()
+            if bool(((values % 1) == 0).all()) and bool((values.abs() < 2**53).all()):
+                out[column] = series.astype("Int64")
+    return out
+
+
+def _number(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    number = float(value)
+    return f"{number:.3g}" if abs(number) < 1 else f"{number:,.2f}"
+
+
+def present(frame: pd.DataFrame) -> Any:
+    """A table as a report shows it (see ScenarioResult.show)."""
+    tidied = tidy(frame)
+    floats: list[Hashable] = [c for c in tidied.columns if pd.api.types.is_float_dtype(tidied[c])]
+    styler = tidied.style.hide(axis="index").format(na_rep="—")
+    if floats:
+        styler = styler.format(_number, subset=floats)
+    return styler.set_table_styles([{"selector": "td, th", "props": "text-align: left; white-space: normal;"}])
 
 
 @dataclass
@@ -86,12 +120,12 @@ class ScenarioResult:
         instead of printing them into the notebook."""
         handler = _ListHandler(self.log_lines)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        loggers = [logging.getLogger(n) for n in ("evidence_lib", "psycopg")]
+        loggers = [logging.getLogger(n) for n in ("evidence_lib", "psycopg")]  # psycopg: warnings only
         saved = [(lg.propagate, lg.level) for lg in loggers]
         for lg in loggers:
             lg.addHandler(handler)
             lg.propagate = False
-            lg.setLevel(logging.INFO)
+            lg.setLevel(logging.INFO if lg.name == "evidence_lib" else logging.WARNING)
         try:
             yield
         finally:
@@ -99,6 +133,11 @@ class ScenarioResult:
                 lg.removeHandler(handler)
                 lg.propagate = propagate
                 lg.setLevel(level)
+
+    def show(self, name: str) -> Any:
+        """Table `name` for a report: no index column, integers as integers, "—" for missing
+        values, every row and column, no cell cut short (a pandas Styler)."""
+        return present(self.tables[name])
 
     def timing(self, phase: str, seconds: float, **labels: Any) -> None:
         self.timings.append({"phase": phase, "ms": seconds * 1000, **labels})
@@ -157,12 +196,23 @@ class ScenarioResult:
             ax.set_yticks(range(len(frame)), labels, fontsize=8)
             ax.invert_yaxis()
         ax.set_xlabel("milliseconds")
+        ax.set_ylabel("phase")
         ax.set_title(title or f"{self.title}: measured phases")
         fig.tight_layout()
         return self.chart(name, fig)
 
     def chart(self, name: str, fig: Figure) -> Figure:
-        """Keep a chart for the notebook and the bundle; closed so it shows only where displayed."""
+        """Keep a chart for the notebook and the bundle; closed so it shows only where displayed.
+        Every plot must carry a title and both axis labels (with units): UnlabelledChart if not."""
+        plots = [ax for ax in fig.axes if ax.has_data()]
+        missing = [f"plot {i + 1}: y label" for i, ax in enumerate(plots) if not ax.get_ylabel()]
+        if plots and not (fig.get_suptitle() or any(ax.get_title() for ax in plots)):
+            missing.append("a title")
+        if plots and not any(ax.get_xlabel() for ax in plots):  # twin axes share one x label
+            missing.append("an x label")
+        if missing:
+            plt.close(fig)
+            raise UnlabelledChart(f"chart {name!r} of {self.scenario} lacks {', '.join(missing)}")
         plt.close(fig)
         self.charts[name] = fig
         return fig
@@ -194,7 +244,7 @@ class ScenarioResult:
         for sub in ("sidecars", "tables", "charts"):
             (root / sub).mkdir(parents=True, exist_ok=True)
         for name, frame in self.tables.items():
-            frame.to_csv(root / "tables" / f"{self.scenario}__{name}.csv", index=False)
+            tidy(frame).to_csv(root / "tables" / f"{self.scenario}__{name}.csv", index=False)
         for name, fig in self.charts.items():
             fig.savefig(root / "charts" / f"{self.scenario}__{name}.png", dpi=110)
         (root / "logs").mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ from typing import Any
 
 import psycopg
 
+from evidence_lib import progress
 from evidence_lib.engine.flows import QueueMode
 from evidence_lib.harness.locks import LivenessTimeout, LockWait, dump
 from evidence_lib.harness.sessions import HOOK_KEY_SPACE, Controller, Session
@@ -331,11 +332,12 @@ def run_spec(
     inspect: Inspect | None = None,
 ) -> list[PermutationRun]:
     """Every permutation `repeat` times, each on a fresh database; every attempt is kept."""
-    return [
-        run_permutation(spec, mode, permutation, database, attempt, timeout, inspect)
-        for attempt in range(1, repeat + 1)
-        for permutation in spec.interleavings()
-    ]
+    plan = [(attempt, permutation) for attempt in range(1, repeat + 1) for permutation in spec.interleavings()]
+    runs = []
+    for done, (attempt, permutation) in enumerate(plan):
+        progress.report(f"{spec.name} ({mode})", done, len(plan), unit="permutation runs")
+        runs.append(run_permutation(spec, mode, permutation, database, attempt, timeout, inspect))
+    return runs
 
 
 def transcript(runs: list[PermutationRun]) -> str:

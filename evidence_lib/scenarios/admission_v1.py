@@ -13,6 +13,7 @@ from evidence_lib.engine import v1
 from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, route, with_step_queues
 from evidence_lib.harness.sessions import Controller, Session
 from evidence_lib.pg.db import Conn, connect, one, rows
+from evidence_lib.plain import plain
 from evidence_lib.scenarios.support import consistency
 
 
@@ -105,6 +106,6 @@ def siblings(result: ScenarioResult, url: str, mode: QueueMode) -> None:
     result.gate(
         "a_failed_v1_run_terminalizes_its_siblings",
         run_status == "failed" and tasks == {"a": "cancelled", "c": "failed"},
-        f"run {run_status}; tasks {tasks}",
+        f"run {run_status}; tasks {plain(tasks)}",
         mode,
     )

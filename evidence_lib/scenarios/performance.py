@@ -16,6 +16,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
+from evidence_lib import progress
 from evidence_lib.bench import throughput
 from evidence_lib.bench.starvation import run_starvation
 from evidence_lib.bundle.result import ScenarioResult
@@ -92,6 +93,7 @@ def run(
         ]
         names = ["comparison", "growth", "throughput", "starvation", "soak", "restart soak"]
         for i, (name, part) in enumerate(zip(names, parts, strict=True), 1):
+            progress.report(name, i - 1, len(parts), unit="parts")
             started = time.perf_counter()
             try:
                 part()
@@ -105,7 +107,8 @@ def run(
 def _throughput(result: ScenarioResult, server: Server, workers: str, seconds: float, hooks: str) -> None:
     counts = [int(w) for w in workers.split(",") if w.strip()]
     table, latency, targets = [], [], []
-    for n in counts:
+    for done, n in enumerate(counts):
+        progress.report("throughput by worker count", done, len(counts), unit="worker counts")
         with scenario_database(server, hooks=hooks, prefix="perf") as url:
             cases = [
                 throughput.raw_pgmq(server, url, n, seconds),
@@ -219,6 +222,7 @@ def _phases(result: ScenarioResult, url: str) -> None:
     ax.barh([p["phase"] for p in phases], [p["ms"] for p in phases], color="#55a868")
     ax.invert_yaxis()
     ax.set_xlabel("ms (server timestamps of one v2 run under load)")
+    ax.set_ylabel("phase")
     ax.set_title("Per-phase timing of one v2 A -> B run")
     fig.tight_layout()
     result.chart("one_run_phases", fig)
@@ -249,6 +253,7 @@ def _throughput_charts(
         ax.scatter([r[key] for r in v2_calls], names, marker=marker, label=key)
     ax.set_xscale("log")
     ax.set_xlabel("ms per SQL call (client side)")
+    ax.set_ylabel("system and SQL call")
     ax.legend(fontsize=8)
     ax.set_title(f"Per-call latency at {top} workers")
     fig.tight_layout()
@@ -298,6 +303,7 @@ def _soak(
 ) -> None:
     table = []
     for mode in modes(queue_modes):
+        progress.report(f"soak ({mode})")
         with scenario_database(server, hooks=hooks, prefix="soak") as url:
             soak = run_soak(url, mode, runs=runs, workers=workers, reconcilers=reconcilers, rate=rate)
             with connect(url) as conn:

@@ -9,6 +9,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
+from evidence_lib import progress
 from evidence_lib.bench.comparison import TARGETS, compare
 from evidence_lib.bench.growth import growth
 from evidence_lib.bundle.result import ScenarioResult
@@ -24,7 +25,12 @@ def comparison(
 ) -> None:
     counts = tuple(int(c) for c in connections.split(",") if c.strip())
     outcome = compare(
-        server, connections=counts, repetitions=repetitions, seconds=seconds, anchor_version=anchor_version
+        server,
+        connections=counts,
+        repetitions=repetitions,
+        seconds=seconds,
+        anchor_version=anchor_version,
+        progress=progress.phase,
     )
     result.table("comparison", outcome.table())
     calls: dict[tuple[str, int, str], list[float]] = {}
@@ -39,6 +45,10 @@ def comparison(
         ],
     )
     ratios = result.table("comparison_ratios", outcome.ratios())
+    result.headline = "; ".join(
+        f"{r['connections']} conn: v2/anchor {_x(r.get('v2_over_anchor'))}, v2/v1 {_x(r.get('v2_over_v1'))}"
+        for r in ratios.to_dict("records")
+    )
     if outcome.anchor_note:
         result.notes.append(f"released anchor (pgflow {anchor_version}): {outcome.anchor_note}")
     else:
@@ -58,11 +68,16 @@ def comparison(
         xs = [i + j * width for i in range(len(systems))]
         ax.bar(xs, [v or 0 for v in values], width, label=f"{row['connections']} connection(s)")
     ax.set_xticks([i + width / 2 for i in range(len(systems))], systems)
+    ax.set_xlabel("system (the raw bound is PGMQ messages/s divided by 2)")
     ax.set_ylabel("A -> B runs/s (median)")
     ax.set_title("One plain-SQL client for every system, one server, one run")
     ax.legend()
     fig.tight_layout()
     result.chart("comparison", fig)
+
+
+def _x(value: Any) -> str:
+    return "not measured" if value is None or value != value else f"{float(value):.2f}x"
 
 
 def _met(key: str, value: Any, target: float) -> bool:
@@ -73,9 +88,10 @@ def history(result: ScenarioResult, server: Server, points: str, seconds: float)
     counts = tuple(int(p) for p in points.split(",") if p.strip())
     if not counts:
         return
-    rows = result.table("growth", growth(server, points=counts, seconds=seconds))
+    rows = result.table("growth", growth(server, points=counts, seconds=seconds, progress=progress.phase))
     fig, ax = plt.subplots(figsize=(7, 3.2))
     ax.bar(rows["history"].astype(str), rows["v2_runs_per_s"], color="#4c72b0")
+    ax.set_xlabel("history: completed runs in the tables")
     ax.set_ylabel("v2 runs/s (1 connection)")
     ax2 = ax.twinx()
     ax2.plot(rows["history"].astype(str), rows["server_cpu_ms_per_run"], "o-", color="#c44e52")

@@ -5,6 +5,7 @@ flight (`restart_fault`). Skipped, and said, on a server this suite does not own
 
 from __future__ import annotations
 
+from evidence_lib import progress
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Server, connect
@@ -27,6 +28,7 @@ def restart_soak(result: ScenarioResult, server: Server, queue_modes: str, runs:
         return
     table = []
     for mode in modes(queue_modes):
+        progress.report(f"restart soak ({mode}): {runs} runs, 3 crashes")
         with scenario_database(server, hooks=hooks, prefix="restart") as url:
             with connect(url) as conn:  # a crash must not lose an acknowledged commit
                 conn.execute(f"alter database {db.database_name(url)} set synchronous_commit = on")

@@ -187,6 +187,7 @@ def _chart(result: ScenarioResult) -> None:
     ax.boxplot([g for _, g in groups], vert=False)
     ax.set_yticks(range(1, len(groups) + 1), [str(n) for n, _ in groups], fontsize=8)
     ax.set_xlabel("seconds per permutation run (setup, steps, checks), every mode and attempt")
+    ax.set_ylabel("race spec")
     ax.set_title("Races: time per permutation")
     fig.tight_layout()
     result.chart("permutation_time", fig)

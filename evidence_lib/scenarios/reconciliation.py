@@ -24,6 +24,7 @@ from evidence_lib.harness.faults import drop_route_queue, held_hook, kill_at_hoo
 from evidence_lib.harness.snapshots import diff, snapshot
 from evidence_lib.harness.waits import WaitTimeout, wait_for_backoff, wait_for_lease_expiry
 from evidence_lib.pg.db import Conn, connect, one, rows
+from evidence_lib.plain import plain
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, run_parts, single_database
 from evidence_lib.scenarios.support.setup import modes, scenario_server, timed
@@ -92,7 +93,7 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
             and report is not None
             and report.actions == 0
             and not report.processed,
-            f"after the failure: B {b}; "
+            f"after the failure: B {plain(b)}; "
             + (
                 raised or f"report {report.actions if report else '-'} actions, processed {report and report.processed}"
             ),
@@ -104,7 +105,7 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
             and errors[0]["sqlstate"] == SqlState.HOOK_FAILED
             and work["health"] == "backoff"
             and work["consecutive_errors"] == 1,
-            f"errors {errors}; health {work['health']}" + (f"; {raised}" if raised else ""),
+            f"errors {plain(errors)}; health {work['health']}" + (f"; {raised}" if raised else ""),
             mode,
         )
         wait_for_backoff(conn, run_id)
@@ -112,7 +113,7 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
         result.gate(
             "next_call_after_backoff_recovers",
             recovered.processed and recovered.health == "clean",
-            f"report {recovered}",
+            f"report {plain(recovered)}",
             mode,
         )
 
@@ -148,7 +149,7 @@ def _rollback_and_restart(result: ScenarioResult, url: str, mode: QueueMode) -> 
             and final.actions == 1
             and final.processed,
             f"killed at {kill.point} (pid {kill.pid}, proven: {kill.proof[0].describe()}): B left "
-            f"{after_kill}, B messages {live_after_kill}; the next call: {final.actions} action, B tasks "
+            f"{plain(after_kill)}, B messages {live_after_kill}; the next call: {final.actions} action, B tasks "
             f"{b['b_tasks']}, B messages {queued_b}",
             mode,
         )
@@ -238,7 +239,7 @@ def _poison(result: ScenarioResult, url: str, mode: QueueMode) -> None:
             and {e["sqlstate"] for e in errors} == {"42P01"}
             and half_done == {"b_step": "created", "b_tasks": 0, "b_message": None},
             f"{len(errors)} errors ({', '.join(e['sqlstate'] for e in errors)}); health {work['health']}; "
-            f"B after the failed dispatches: {half_done}",
+            f"B after the failed dispatches: {plain(half_done)}",
             mode,
         )
         gaps = [

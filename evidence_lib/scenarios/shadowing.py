@@ -30,6 +30,7 @@ from evidence_lib.engine.roles import Role
 from evidence_lib.harness.ab_flow import define_ab, read_step_message
 from evidence_lib.harness.waits import wait_for_lease_expiry
 from evidence_lib.pg.db import Conn, connect, one
+from evidence_lib.plain import plain
 
 # Built-in type names a function body or PGMQ may spell without a schema.
 SHADOWED_TYPES = (
@@ -355,7 +356,7 @@ def attack(owner: Conn, url: str, function: str, mode: QueueMode) -> Attack:
             plant(conn, login)
             try:
                 rows = conn.execute(recipe.call, params).fetchall()
-                call_ok, call_result = recipe.ok(rows), f"{len(rows)} row(s): {rows[:1]}"
+                call_ok, call_result = recipe.ok(rows), f"{len(rows)} row(s): {plain(rows[:1])}"
             except Exception as exc:  # the call must work: an error here is a finding, not a crash
                 call_ok, call_result = False, f"{type(exc).__name__}: {exc}"
             fired = str(one(conn, "select pg_catalog.current_setting('attack.fired', true)") or "")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from evidence_lib import progress
 from evidence_lib.engine import v2
 from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, route, with_step_queues
 from evidence_lib.engine.jsontypes import Json
@@ -177,7 +178,8 @@ def run_soak(
                 t.start()
             try:
                 deadline = time.monotonic() + timeout
-                while _started(conn) and time.monotonic() < deadline:
+                while (left := _started(conn)) and time.monotonic() < deadline:
+                    progress.report(f"soak ({mode})", runs - left, runs)
                     stop.wait(0.1)  # progress poll
             finally:
                 result.seconds = time.perf_counter() - started

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from evidence_lib import PROJECT_ROOT
 from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.plain import plain
 
 HERE = Path(__file__).parent
 
@@ -107,7 +108,7 @@ def audit(result: ScenarioResult) -> None:
     result.gate(
         "the application needs no direct PGMQ call",
         sum(pgmq_refs.values()) == 0 or set(k for k, v in pgmq_refs.items() if v) <= {"validation.py"},
-        f"pgmq references per file: {pgmq_refs}",
+        f"pgmq references per file: {plain(pgmq_refs)}",
     )
 
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from evidence_lib import progress
 from evidence_lib.bundle.result import Gate, ScenarioResult
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Server, connect
@@ -137,6 +138,7 @@ def run(mutants: str = "", deadline: float = 30.0, database_url: str = "") -> Sc
                 )
         targets = list({_label(t): t for m in chosen for t in m.targets}.values())
         for i, target in enumerate(targets):
+            progress.report(f"candidate in {_label(target)}", i, len(targets), unit="targets")
             run_ = run_target(server, candidate, target, deadline, f"c{i}")
             result.append_rows("candidate", [_target_row("candidate", run_)])
             result.gate(
@@ -146,6 +148,7 @@ def run(mutants: str = "", deadline: float = 30.0, database_url: str = "") -> Sc
                 target.mode or "",
             )
         for i, mutant in enumerate(chosen):
+            progress.report(f"mutant {mutant.name}", i, len(chosen), unit="mutants")
             _control(result, server, candidate, mutant, deadline, f"m{i}")
     killed = sum(1 for g in result.gates if g.name.startswith("mutant_") and g.passed)
     result.headline = f"negative controls: {killed} of {len(chosen)} killed"

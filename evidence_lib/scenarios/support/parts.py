@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
+from evidence_lib import progress
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine.flows import QueueMode
 from evidence_lib.pg import db, migrate
@@ -62,14 +63,13 @@ def run_part(result: ScenarioResult, spec: PartSpec, databases: Databases, mode:
 def run_parts(
     result: ScenarioResult, parts: list[PartSpec], databases: Databases, queue_modes: list[QueueMode]
 ) -> None:
-    """Every part: the once-only parts first, then each per-mode part in every mode."""
-    for spec in parts:
-        if not spec.per_mode:
-            run_part(result, spec, databases, None)
-    for mode in queue_modes:
-        for spec in parts:
-            if spec.per_mode:
-                run_part(result, spec, databases, mode)
+    """Every part: the once-only parts first, then each per-mode part in every mode (each one
+    reported to the runner's terminal as it starts)."""
+    plan: list[tuple[PartSpec, QueueMode | None]] = [(spec, None) for spec in parts if not spec.per_mode]
+    plan += [(spec, mode) for mode in queue_modes for spec in parts if spec.per_mode]
+    for done, (spec, mode) in enumerate(plan):
+        progress.report(f"{spec.name}" + (f" ({mode})" if mode else ""), done, len(plan), unit="parts")
+        run_part(result, spec, databases, mode)
 
 
 @contextlib.contextmanager

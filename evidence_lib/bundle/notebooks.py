@@ -1,0 +1,131 @@
+"""Executing one scenario notebook and turning it into the bundle's reports.
+
+`execute` runs the notebook on our kernel over IPC (no TCP socket, so no unencrypted-transport
+warning) with a per-cell timeout; the kernel's connection file lives in the runner's own
+runtime folder, removed when the run ends however it ends. `finish` makes the executed notebook
+re-runnable (the throwaway server's URL and the bundle path are cleared: re-running starts a
+fresh server and writes nowhere), puts the bundle header on top, and exports two HTML reports
+with a template that fetches nothing from the network.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from evidence_lib import KERNEL_NAME, PROJECT_ROOT
+from evidence_lib.bundle.runs import NotebookRun, header_html
+
+NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+CLEARED = {
+    "database_url": '""  # cleared by the runner: re-running starts a fresh throwaway server',
+    "bundle_dir": '""  # cleared by the runner: re-running writes nowhere (set a folder to save)',
+}
+_ASSIGNMENT = re.compile(r"^(\w+)\s*=")
+
+
+def execute(
+    stem: str, output: Path, parameters: dict[str, Any], log_path: Path, cell_timeout: float, run: NotebookRun
+) -> None:
+    """Run notebook `stem` into `output`; the outcome goes into `run` (status, error, seconds).
+    KeyboardInterrupt propagates (the runner marks the bundle interrupted)."""
+    import papermill
+    from nbclient.exceptions import CellTimeoutError
+    from traitlets.config import Config
+
+    handler = logging.FileHandler(log_path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    pm_logger = logging.getLogger("papermill")
+    pm_logger.addHandler(handler)
+    pm_logger.setLevel(logging.INFO)
+    pm_logger.propagate = False  # cell output goes to the notebook's log file, not the terminal
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    runtime = os.environ.get("JUPYTER_RUNTIME_DIR") or tempfile.gettempdir()
+    config.KernelManager.ip = os.path.join(runtime, f"{stem}-ipc")  # the IPC socket files' prefix
+    config.KernelManager.connection_file = os.path.join(runtime, f"{stem}-kernel.json")
+    started = time.perf_counter()
+    try:
+        papermill.execute_notebook(
+            str(NOTEBOOKS_DIR / f"{stem}.ipynb"),
+            str(output),
+            parameters=parameters,
+            kernel_name=KERNEL_NAME,
+            progress_bar=False,  # the runner prints progress lines (bundle.progress)
+            log_output=True,
+            execution_timeout=cell_timeout,
+            cwd=str(NOTEBOOKS_DIR),
+            request_save_on_cell_execute=True,
+            config=config,
+        )
+        run.status = "ok"
+    except papermill.PapermillExecutionError as exc:
+        run.status, run.error = "cell_error", f"{exc.ename}: {exc.evalue}"
+        if exc.ename == "KeyboardInterrupt":
+            run.status = "interrupted"
+    except CellTimeoutError as exc:
+        run.status, run.error = "timeout", f"a cell ran longer than {cell_timeout:.0f} s: {str(exc)[:200]}"
+    except KeyboardInterrupt:
+        run.status, run.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
+        raise
+    except Exception as exc:  # the kernel died, the notebook could not be read, ...
+        run.status, run.error = "runner_error", f"{type(exc).__name__}: {exc}"
+    finally:
+        run.seconds = time.perf_counter() - started
+        pm_logger.removeHandler(handler)
+        handler.close()
+
+
+def clear_runner_values(source: str) -> str:
+    """The injected-parameters cell without the run's server URL and bundle path."""
+    lines = []
+    for line in source.splitlines():
+        match = _ASSIGNMENT.match(line)
+        lines.append(f"{match.group(1)} = {CLEARED[match.group(1)]}" if match and match.group(1) in CLEARED else line)
+    return "\n".join(lines)
+
+
+def finish(output: Path, html_dir: Path, manifest: dict[str, Any], run: NotebookRun) -> None:
+    """Post-process the executed notebook and write `<stem>.html` (no code) and `<stem>.full.html`."""
+    from nbconvert import HTMLExporter
+
+    if not output.exists():
+        return
+    nb = nbformat.read(output, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            cell["id"] = "injected-parameters"  # papermill's random id would make HTML differ run to run
+            cell.source = clear_runner_values(cell.source)
+        meta = cell.get("metadata", {}).get("papermill", {})
+        if meta.get("duration") is not None:
+            run.cells.append(
+                {
+                    "cell": i,
+                    "seconds": round(float(meta["duration"]), 3),
+                    "description": cell.source.splitlines()[0][:80] if cell.source else "",
+                }
+            )
+    title = f"{run.label}: {run.verdict}"
+    header = header_html(manifest, run.verdict, title=f"Dirty Runs evidence · {title}", pg=run.pg)
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell(header, id="evidence-header"))
+    nb.metadata["title"] = f"{title} · Dirty Runs evidence {manifest['revision'][:12]}"
+    nbformat.write(nb, output)
+    html_dir.mkdir(parents=True, exist_ok=True)
+    for suffix, exclude in ((".html", True), (".full.html", False)):
+        exporter = HTMLExporter(
+            template_name="evidence",
+            extra_template_basedirs=[str(TEMPLATES)],
+            exclude_input=exclude,
+            exclude_input_prompt=exclude,
+            exclude_output_prompt=exclude,
+        )
+        body, _ = exporter.from_notebook_node(nb)
+        (html_dir / f"{run.scenario}{suffix}").write_text(body)

@@ -1,0 +1,116 @@
+"""A throwaway cluster from the PostgreSQL server binaries installed on this machine (Debian's
+`postgresql-<major>` packages), for `PG=<major>`: the same shape as the embedded one (a fresh
+folder in the system temp directory, Unix socket only, no TCP port, stopped and removed on exit,
+on Ctrl-C, on errors and, through the reaper, when this process is killed).
+
+Debian's `initdb` refuses to run as root: as root the cluster runs as the `postgres` system user
+that the Debian package creates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from evidence_lib.pg.control import ServerControl
+from evidence_lib.pg.db import Server, ServerUnavailable, apply_fast_settings
+from evidence_lib.pg.reaper import watched
+
+DEBIAN_BIN = "/usr/lib/postgresql/{major}/bin"
+SYSTEM_USER = "postgres"
+
+
+def bin_dir(major: str) -> Path:
+    """Where Debian installs PostgreSQL `major`'s server binaries; a clear error when absent."""
+    path = Path(os.environ.get("EVIDENCE_PG_BIN") or DEBIAN_BIN.format(major=major))
+    if not (path / "initdb").exists() or not (path / "pg_ctl").exists():
+        raise ServerUnavailable(
+            f"PostgreSQL {major} server binaries are not installed (no initdb/pg_ctl in {path}): "
+            f"install them with `sudo apt-get install postgresql-{major}` (Debian/Ubuntu; "
+            f"EVIDENCE_PG_BIN names another folder), or run without PG= to use the embedded server"
+        )
+    return path
+
+
+def available_majors() -> list[str]:
+    """The Debian server versions installed here, oldest first."""
+    root = Path("/usr/lib/postgresql")
+    found = [p.name for p in root.iterdir() if (p / "bin" / "initdb").exists()] if root.is_dir() else []
+    return sorted(found, key=lambda v: int(v) if v.isdigit() else 0)
+
+
+def _system_user() -> str:
+    if os.geteuid() != 0:
+        return ""
+    try:
+        pwd.getpwnam(SYSTEM_USER)
+    except KeyError as exc:
+        raise ServerUnavailable(
+            f"running as root needs the `{SYSTEM_USER}` system user to own the cluster (Debian's "
+            "postgresql package creates it); run as a normal user or install the package"
+        ) from exc
+    return SYSTEM_USER
+
+
+def _run(command: list[str], user: str, what: str, log: Path | None = None) -> None:
+    done = subprocess.run(command, user=user or None, capture_output=True, text=True, check=False, timeout=120)
+    if done.returncode != 0:
+        tail = log.read_text(errors="replace")[-2000:] if log is not None and log.exists() else ""
+        raise ServerUnavailable(f"{what} failed: {(done.stderr or done.stdout).strip()[-1500:]}\n{tail}".rstrip())
+
+
+@contextlib.contextmanager
+def system_server(major: str, *, fast: bool) -> Iterator[Server]:
+    """Start a throwaway cluster with PostgreSQL `major`'s installed binaries; yield it."""
+    binaries = bin_dir(major)
+    user = _system_user()
+    base = Path(tempfile.mkdtemp(prefix=f"evidence-pg{major}-"))
+    pgdata, log = base / "data", base / "postgres.log"
+    if user:
+        entry = pwd.getpwnam(user)
+        os.chown(base, entry.pw_uid, entry.pw_gid)
+    with watched(str(binaries / "pg_ctl"), pgdata, base, user):
+        started = False
+        try:
+            _run(
+                [str(binaries / "initdb"), "-D", str(pgdata), "--auth=trust", "--encoding=utf8", "-U", "postgres"],
+                user,
+                f"initdb of PostgreSQL {major}",
+            )
+            _run(
+                [str(binaries / "pg_ctl"), "-D", str(pgdata), "-w", "-t", "30", "-o", '-h ""', "-o",
+                 f"-k {base}", "-l", str(log), "start"],
+                user,
+                f"starting PostgreSQL {major}",
+                log,
+            )  # fmt: skip
+            started = True
+            control = ServerControl(
+                bin_dir=str(binaries), data_dir=str(pgdata), socket_dir=str(base), log=str(log), user=user or None
+            )
+            server = Server(
+                maintenance_url=f"postgresql://postgres@/postgres?host={base}",
+                kind="throwaway",
+                data_dir=pgdata,
+                control=control,
+                origin=f"PostgreSQL {major} binaries in {binaries}",
+            )
+            if fast:
+                apply_fast_settings(server)
+            yield server
+        finally:
+            if started:
+                subprocess.run(
+                    [str(binaries / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"],
+                    user=user or None,
+                    capture_output=True,
+                    check=False,
+                    timeout=60,
+                )
+            shutil.rmtree(base, ignore_errors=True)
