@@ -68,6 +68,9 @@ def test_smoke_run_of_every_notebook(server: Server, tmp_path: Path) -> None:
         "growth_points": "",
         "threads": 12,
         "mutants": "settle_does_not_archive_the_message,claim_without_row_locks,public_may_settle",
+        "examples": 10,
+        "steps": 30,
+        "mutant_examples": 2,
     }
     code = run_evidence("", small, database_url=server.maintenance_url, out=bundle)
     assert code == 0

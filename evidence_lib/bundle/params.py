@@ -21,6 +21,7 @@ SCENARIOS: dict[str, str] = {
     "validation": "08_moderation_validation",
     "security": "09_security",
     "negative_controls": "10_negative_controls",
+    "model_check": "11_model_check",
 }
 # `make matrix`: the correctness scenarios (performance compares machines' timings, not servers)
 MATRIX_SCENARIOS = [name for name in SCENARIOS if name != "performance"]

@@ -1,0 +1,1 @@
+"""Model-based checking: a reference model, random histories against the real database."""

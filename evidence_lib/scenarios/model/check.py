@@ -1,0 +1,101 @@
+"""Run the model check: Hypothesis drives `EngineMachine` for a number of histories on clones of
+a migrated database, with a seed that makes the run replayable. A failure comes back as a
+`Counterexample`: the (shrunk) history as a transcript, the error, and the seed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import hypothesis
+from hypothesis import HealthCheck, Phase
+from hypothesis.stateful import get_state_machine_test
+
+from evidence_lib.pg.db import Server
+from evidence_lib.scenarios.model.machine import Bench, EngineMachine
+from evidence_lib.scenarios.model.tour import tour
+
+
+@dataclass
+class Counterexample:
+    error: str
+    transcript: list[str]
+    seed: int
+    shrunk: bool
+
+    def text(self) -> str:
+        steps = "\n".join(f"{i + 1:>3}. {line}" for i, line in enumerate(self.transcript))
+        return f"seed {self.seed}{' (shrunk)' if self.shrunk else ''}\n{steps}\nfailed: {self.error}"
+
+
+@dataclass
+class CheckResult:
+    bench: Bench
+    seconds: float = 0.0
+    counterexample: Counterexample | None = None  # from the random histories
+    tour: Counterexample | None = None  # from the scripted tour (seed -1)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.counterexample is None and self.tour is None
+
+
+def run_tour(machine: type[EngineMachine]) -> Counterexample | None:
+    """The scripted tour in both queue modes; the first disagreement, if any."""
+    for mode in ("flow", "step"):
+        m = machine()
+        try:
+            tour(m, mode)
+        except Exception as exc:  # a mismatch or a broken checker: a finding either way
+            return Counterexample(f"{type(exc).__name__}: {str(exc)[:1500]}", list(m.transcript), -1, False)
+        finally:
+            m.teardown()
+    return None
+
+
+SHRINK_SECONDS = 30  # a failure is shrunk for at most this long: a broken engine turns red fast
+
+
+def check(
+    server: Server, template: str, *, examples: int, steps: int, seed: int, shrink: bool = True, tour_first: bool = True
+) -> CheckResult:
+    """`examples` random histories of up to `steps` operations each (plus races), from `seed`;
+    a failure is shrunk for at most SHRINK_SECONDS (Hypothesis's own shrink time limit, set here)."""
+    import time
+
+    from hypothesis.internal.conjecture import engine
+
+    bench = Bench(server, template)
+    machine = type("Machine", (EngineMachine,), {"bench": bench})
+    phases = (Phase.explicit, Phase.generate, Phase.shrink) if shrink else (Phase.explicit, Phase.generate)
+    settings = hypothesis.settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,  # replay is by seed, not by a local example database
+        phases=phases,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+        report_multiple_bugs=False,
+    )
+    started = time.perf_counter()
+    result = CheckResult(bench, settings={"examples": examples, "steps": steps, "seed": seed, "shrink": shrink})
+    result.tour = run_tour(machine) if tour_first else None
+    if result.tour is not None:  # already red: no random history is needed to say so
+        result.seconds = time.perf_counter() - started
+        return result
+    # at least half the steps: short histories rarely reach B, takeovers or attention
+    test = hypothesis.seed(seed)(get_state_machine_test(machine, settings=settings, _min_steps=steps // 2))
+    limit = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = SHRINK_SECONDS
+    try:
+        test()
+    except Exception as exc:  # a mismatch, or the engine broke the checker itself: both are findings
+        result.counterexample = Counterexample(
+            f"{type(exc).__name__}: {str(exc)[:1500]}", list(bench.last_transcript), seed, shrink
+        )
+    finally:
+        engine.MAX_SHRINKING_SECONDS = limit
+    result.seconds = time.perf_counter() - started
+    return result

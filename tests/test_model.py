@@ -1,0 +1,145 @@
+"""The model check: the candidate gives no counterexample, a mutant gives one that shrinks to a
+short history replayable by its seed, and shrunk counterexamples kept as regression histories
+(replayed step by step on the candidate, where they must pass, and on their mutant, where they
+must fail)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from evidence_lib.pg import db
+from evidence_lib.pg.db import Server, connect
+from evidence_lib.scenarios.controls.apply import patch_sql
+from evidence_lib.scenarios.controls.catalogue import catalogue
+from evidence_lib.scenarios.model import ops
+from evidence_lib.scenarios.model.check import check
+from evidence_lib.scenarios.model.machine import Bench, EngineMachine, ModelMismatch
+from evidence_lib.scenarios.model.reference import Model
+
+MUTANTS = {m.name: m for m in catalogue()}
+
+
+@pytest.fixture
+def mutant_template(server: Server, template_db: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    with db.scratch_database(server, template=template_db, prefix="mut") as url:
+        with connect(url) as conn, conn.transaction():
+            conn.execute(patch_sql(MUTANTS[request.param]).encode())
+        yield db.database_name(url)
+
+
+def test_the_candidate_gives_no_counterexample(server: Server, template_db: str) -> None:
+    outcome = check(server, template_db, examples=12, steps=30, seed=7)
+    assert outcome.tour is None, outcome.tour.text() if outcome.tour else ""
+    assert outcome.counterexample is None, outcome.counterexample.text() if outcome.counterexample else ""
+    assert outcome.bench.histories >= 12 and outcome.bench.steps > 100
+    operations = {op for (_, op, _) in outcome.bench.coverage}
+    wanted = {"define", "claim (drive)", "reconcile", "settle (drive)", "settle (lost ack)", "drop_queue",
+              "race: claim vs claim", "take_over (current claim)", "v1_write", "read"}  # fmt: skip
+    assert wanted <= operations, operations
+
+
+@pytest.mark.parametrize(
+    "mutant_template", ["take_over_before_the_horizon", "reconcile_action_outside_its_subtransaction"], indirect=True
+)
+def test_the_tour_kills_what_it_walks_through(server: Server, mutant_template: str) -> None:
+    found = check(server, mutant_template, examples=1, steps=5, seed=1, shrink=False)
+    assert found.tour is not None and "ModelMismatch" in found.tour.error, found
+
+
+@pytest.mark.parametrize("mutant_template", ["settle_does_not_bump_the_generation"], indirect=True)
+def test_a_mutant_gives_a_shrunk_counterexample(server: Server, mutant_template: str) -> None:
+    found = check(server, mutant_template, examples=40, steps=12, seed=2, tour_first=False)
+    assert found.counterexample is not None, "the model check must kill this mutant"
+    ce = found.counterexample
+    assert ce.shrunk and len(ce.transcript) <= 6, ce.text()  # define, start, claim, settle (plus at most two)
+    assert "ModelMismatch" in ce.error and "settle" in ce.transcript[-1], ce.text()
+
+
+@pytest.mark.parametrize("mutant_template", ["settle_does_not_bump_the_generation"], indirect=True)
+def test_the_seed_replays_the_same_history(server: Server, mutant_template: str) -> None:
+    runs = [
+        check(server, mutant_template, examples=20, steps=20, seed=5, shrink=False, tour_first=False) for _ in range(2)
+    ]
+    texts = [[IDS.sub("<id>", line) for line in r.counterexample.transcript] for r in runs if r.counterexample]
+    assert len(texts) == 2 and texts[0] == texts[1], texts
+
+
+IDS = re.compile(r"\b[0-9a-f]{8}(-[0-9a-f]{4}){0,3}(-[0-9a-f]{12})?\b")
+
+
+def replay_settle_replay(machine: EngineMachine) -> None:
+    """A shrunk counterexample (mutant settle_replay_ignores_the_result, seed 11), kept as a
+    regression history: a replay with another result must be a conflict, not a replay."""
+    machine.check(ops.define("m1", "flow", "ab"))
+    machine.check(ops.start_run("m1", {"n": 1}))
+    run = next(iter(machine.model.runs))
+    msg = machine.msg_ids[(run, "A")]
+    machine.check(ops.claim(run, "A", "m1", [msg], msg, "right"))
+    claim = next(iter(machine.model.claims))
+    machine.check(ops.settle(claim, "completed", 0, "fresh", run))
+    machine.check(ops.settle(claim, "completed", {"ok": 1}, "replay", run))
+
+
+def replay_settle_archives(machine: EngineMachine) -> None:
+    """A shrunk counterexample (mutant settle_does_not_archive_the_message): an accepted
+    settlement archives the claimed message, and its replay changes nothing."""
+    machine.check(ops.define("m1", "step", "ab"))
+    machine.check(ops.start_run("m1", {"n": 1}))
+    run = next(iter(machine.model.runs))
+    msg = machine.msg_ids[(run, "A")]
+    machine.check(ops.claim(run, "A", "m1__a", [msg], msg, "right"))
+    claim = next(iter(machine.model.claims))
+    machine.check(ops.settle(claim, "completed", "done", "fresh", run))
+    machine.check(ops.settle(claim, "completed", "done", "replay", run))
+    machine.check(ops.reconcile(run, 8))
+
+
+REGRESSIONS = {
+    "settle_replay_ignores_the_result": replay_settle_replay,
+    "settle_does_not_archive_the_message": replay_settle_archives,
+}
+
+
+def machine_on(server: Server, template: str) -> EngineMachine:
+    bench = Bench(server, template)
+    return type("Machine", (EngineMachine,), {"bench": bench})()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSIONS))
+def test_regression_histories_pass_on_the_candidate(server: Server, template_db: str, name: str) -> None:
+    machine = machine_on(server, template_db)
+    try:
+        REGRESSIONS[name](machine)
+    finally:
+        machine.teardown()
+
+
+@pytest.mark.parametrize("mutant_template", sorted(REGRESSIONS), indirect=True)
+def test_regression_histories_fail_on_their_mutant(
+    server: Server, mutant_template: str, request: pytest.FixtureRequest
+) -> None:
+    name = request.node.callspec.params["mutant_template"]
+    machine = machine_on(server, mutant_template)
+    try:
+        with pytest.raises(ModelMismatch):
+            REGRESSIONS[name](machine)
+    finally:
+        machine.teardown()
+
+
+def test_an_ambiguous_instant_gives_two_candidate_answers() -> None:
+    """A takeover whose call window straddles the lease horizon: the model answers both ways."""
+    model = Model()
+    model.define(ops.flow_def("m1", "flow", "ab"))
+    model.start_run("m1", {"n": 1}, 8, "r1", (0.0, 0.1))
+    model.claim("r1", "A", "m1", [5], 5, (0.0, 0.1), "c1")
+    lease = model.claims["c1"].lease
+    before = model.copy()
+    assert before.take_over("r1", "A", "c1", "m1", [5], 5, (lease[0] - 0.05, lease[1]), "c2").kind == "error"
+    assert before.ambiguous
+    after = model.copy()
+    after.force = {q: False for q in before.ambiguous}
+    assert after.take_over("r1", "A", "c1", "m1", [5], 5, (lease[0] - 0.05, lease[1]), "c2").kind == "value"
