@@ -75,7 +75,7 @@ def run_evidence(
     manifest: dict[str, Any] = {}
     interrupted = False
     runtime = _runtime_dir()
-    saved = {k: os.environ.get(k) for k in (RUNTIME_ENV, progress.ENV, CONTROL_ENV, db.ORIGIN_ENV)}
+    saved = {k: os.environ.get(k) for k in (RUNTIME_ENV, progress.ENV, CONTROL_ENV, db.ORIGIN_ENV, db.PG_ENV)}
     os.environ[RUNTIME_ENV] = str(runtime)
     try:
         plan_versions: list[str | None] = list(versions) if versions else [None]
@@ -187,6 +187,7 @@ def _on_server(
         manifest["schema_sync"] = {"in_sync": False, "catalog_lines": sync.objects, "diff": sync.diff}
     _stamp(manifest, plan)
     say(f"PostgreSQL {settings['server_version']} ({server.origin or server.kind}); {sync.summary().splitlines()[0]}")
+    os.environ[db.PG_ENV] = major  # the notebooks check the server they are given against it
     if server.control is not None:  # the notebooks may crash and restart the server this run owns
         os.environ[CONTROL_ENV] = server.control.to_env()
         os.environ[db.ORIGIN_ENV] = server.origin

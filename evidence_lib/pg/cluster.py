@@ -13,6 +13,7 @@ import contextlib
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -58,6 +59,15 @@ def _system_user() -> str:
     return SYSTEM_USER
 
 
+def _reachable_temp(user: str) -> str:
+    """The temp folder, unless the cluster's system user could not reach a folder in it (a
+    private TMPDIR owned by root): then /tmp."""
+    temp = Path(tempfile.gettempdir()).resolve()
+    if user and not all(p.stat().st_mode & stat.S_IXOTH for p in [temp, *temp.parents]):
+        return "/tmp"
+    return str(temp)
+
+
 def _run(command: list[str], user: str, what: str, log: Path | None = None) -> None:
     done = subprocess.run(command, user=user or None, capture_output=True, text=True, check=False, timeout=120)
     if done.returncode != 0:
@@ -70,7 +80,7 @@ def system_server(major: str, *, fast: bool) -> Iterator[Server]:
     """Start a throwaway cluster with PostgreSQL `major`'s installed binaries; yield it."""
     binaries = bin_dir(major)
     user = _system_user()
-    base = Path(tempfile.mkdtemp(prefix=f"evidence-pg{major}-"))
+    base = Path(tempfile.mkdtemp(prefix=f"evidence-pg{major}-", dir=_reachable_temp(user)))
     pgdata, log = base / "data", base / "postgres.log"
     if user:
         entry = pwd.getpwnam(user)

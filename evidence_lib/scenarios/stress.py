@@ -22,6 +22,7 @@ from evidence_lib.harness.locks import LivenessTimeout
 from evidence_lib.pg.db import connect, one, rows
 from evidence_lib.scenarios.support.readback import deadlock_count, message_facts
 
+JOIN_DEADLINE = 30.0  # seconds a stopped thread may take to finish its last call
 PROGRESS_POLL = 0.05  # seconds between two progress reads (liveness only)
 
 
@@ -144,7 +145,10 @@ def run_stress(
     finally:
         stop.set()
         for t in threads:
-            t.join()
+            t.join(JOIN_DEADLINE)
+        stuck = [t.name for t in threads if t.is_alive()]
+        if stuck:
+            raise LivenessTimeout(f"stress[{mode}]: threads {', '.join(stuck)} run {JOIN_DEADLINE:.0f} s after stop")
     result.seconds = time.perf_counter() - started
     result.deadlocks_after = deadlock_count(url)
     with connect(url) as conn:
