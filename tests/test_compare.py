@@ -45,6 +45,14 @@ def test_gates_and_performance_beyond_the_spread(tmp_path: Path) -> None:
     assert {"revision", "artifact sha256", "verdict"} <= changed
     text = to_markdown(c)
     assert "flipped `a/-/x`: PASS → **FAIL**" in text and "**slower**" in text
+    assert "the machine changed" not in text  # raw PGMQ did not move
+
+
+def test_a_slower_machine_is_named_when_raw_pgmq_itself_moved(tmp_path: Path) -> None:
+    old = bundle(tmp_path, "old", {}, ["1,raw,message,1000,990,1010", "1,v2,run,100,95,105"], "a")
+    new = bundle(tmp_path, "new", {}, ["1,raw,message,800,790,810", "1,v2,run,80,76,84"], "a")
+    text = to_markdown(compare_bundles(old, new))
+    assert "Raw PGMQ itself is 20% slower" in text and "judge the engine by the ratios" in text
 
 
 def test_the_command_writes_html_and_markdown_and_fails_on_a_newly_red_gate(tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ from typing import Any
 from evidence_lib.bundle.writer import load_manifest
 
 PERF_TABLE = "07_performance__comparison.csv"
+RATIO_TABLE = "07_performance__comparison_ratios.csv"
+RATIOS = ("v2_over_anchor", "v2_over_v1", "v2_over_bound")
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Comparison:
     vanished: list[tuple[str, str]] = field(default_factory=list)
     perf: list[PerfDelta] = field(default_factory=list)
     timings: list[tuple[str, float | None, float | None]] = field(default_factory=list)
+    ratios: list[tuple[str, str, str, str]] = field(default_factory=list)  # (connections, ratio, old, new)
     unchanged_gates: int = 0
 
     @property
@@ -79,6 +82,7 @@ def compare_bundles(old: Path, new: Path) -> Comparison:
     c.appeared = [(k, gb[k]) for k in sorted(gb.keys() - ga.keys())]
     c.vanished = [(k, ga[k]) for k in sorted(ga.keys() - gb.keys())]
     c.perf = _perf(old, new)
+    c.ratios = _ratios(old, new)
     ta = {_label(n): n.get("seconds") for n in a["notebooks"]}
     tb = {_label(n): n.get("seconds") for n in b["notebooks"]}
     c.timings = [(k, ta.get(k), tb.get(k)) for k in dict.fromkeys([*ta, *tb])]
@@ -124,6 +128,29 @@ def _perf(old: Path, new: Path) -> list[PerfDelta]:
     return [PerfDelta(k[0], k[1], k[2], a[k], b[k]) for k in a if k in b]
 
 
+def _ratios(old: Path, new: Path) -> list[tuple[str, str, str, str]]:
+    def read(bundle: Path) -> dict[tuple[str, str], str]:
+        out = {}
+        for path in sorted(bundle.glob(f"**/tables/{RATIO_TABLE}")):
+            with path.open(newline="") as source:
+                for row in csv.DictReader(source):
+                    out.update({(row.get("connections", ""), k): row.get(k, "") for k in RATIOS})
+        return out
+
+    a, b = read(old), read(new)
+    return [(k[0], k[1], a[k], b[k]) for k in a if k in b]
+
+
+def machine_moved(c: Comparison) -> str:
+    """A sentence when raw PGMQ itself moved beyond its spread: the machine changed, not the engine."""
+    raw = [p for p in c.perf if p.system == "raw" and p.judged != "within noise"]
+    if not raw:
+        return ""
+    change = sum(p.change for p in raw) / len(raw)
+    return (f"Raw PGMQ itself is {abs(change):.0%} {'slower' if change < 0 else 'faster'} beyond its spread: "
+            "the machine changed between the runs; judge the engine by the ratios, which cancel it.")  # fmt: skip
+
+
 def _secs(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
 
@@ -147,8 +174,13 @@ def to_markdown(c: Comparison) -> str:
             f"{'**' + p.judged + '**' if p.judged != 'within noise' else p.judged} |"
             for p in c.perf
         ]
+        moved = machine_moved(c)
+        lines += ["", f"**{moved}**"] if moved else []
     else:
         lines.append("no performance table in both bundles")
+    if c.ratios:
+        lines += ["", "| connections | ratio | old | new |", "|---:|---|---:|---:|"]
+        lines += [f"| {n} | {k} | {o} | {w} |" for n, k, o, w in c.ratios]
     lines += ["", "### Scenario timings (s)", "", "| scenario | old | new |", "|---|---:|---:|"]
     lines += [f"| {k} | {_secs(o)} | {_secs(n)} |" for k, o, n in c.timings]
     return "\n".join(lines) + "\n"
@@ -178,6 +210,10 @@ def to_html(c: Comparison) -> str:
         for p in c.perf
     )
     timings = "".join(f"<tr><td>{e(k)}</td><td>{_secs(o)}</td><td>{_secs(n)}</td></tr>" for k, o, n in c.timings)
+    ratios = "".join(
+        f"<tr><td>{e(n)}</td><td>{e(k)}</td><td>{e(o)}</td><td>{e(w)}</td></tr>" for n, k, o, w in c.ratios
+    )
+    moved = machine_moved(c)
     red = c.newly_red
     return f"""<!doctype html><html><head><meta charset="utf-8">
 <title>Evidence compared: {e(c.old.name)} → {e(c.new.name)}</title>
@@ -195,6 +231,8 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}th{{background:#f2
 ranges do not overlap.</p>
 <table><tr><th>where</th><th>connections</th><th>system</th><th>old (per s)</th><th>new (per s)</th>
 <th>change</th><th>judged</th></tr>{perf or '<tr><td colspan=7>no performance table in both bundles</td></tr>'}</table>
+{f"<p><b>{e(moved)}</b></p>" if moved else ""}
+<table><tr><th>connections</th><th>ratio</th><th>old</th><th>new</th></tr>{ratios}</table>
 <h2>Scenario timings</h2><table><tr><th>scenario</th><th>old (s)</th><th>new (s)</th></tr>{timings}</table>
 </body></html>"""
 

@@ -26,10 +26,10 @@ SCENARIO = "11_model_check"
 
 
 def run(
-    examples: int = 60,
+    examples: int = 40,
     steps: int = 40,
     seed: int = 20261203,
-    mutant_examples: int = 10,
+    mutant_examples: int = 8,
     mutants: str = "",
     database_url: str = "",
 ) -> ScenarioResult:
