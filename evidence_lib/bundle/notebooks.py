@@ -113,7 +113,7 @@ def finish(output: Path, html_dir: Path, manifest: dict[str, Any], run: Notebook
                     "description": cell.source.splitlines()[0][:80] if cell.source else "",
                 }
             )
-    title = f"{run.label}: {run.verdict}"
+    title = f"{run.label}: {run.brief}"  # the missed targets are listed in full in the header
     header = header_html(manifest, run.verdict, title=f"Dirty Runs evidence · {title}", pg=run.pg)
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(header, id="evidence-header"))
     nb.metadata["title"] = f"{title} · Dirty Runs evidence {manifest['revision'][:12]}"
