@@ -15,7 +15,7 @@ from evidence_lib.pg.db import Server, connect
 from evidence_lib.scenarios.controls.apply import patch_sql
 from evidence_lib.scenarios.controls.catalogue import catalogue
 from evidence_lib.scenarios.model import ops
-from evidence_lib.scenarios.model.check import check
+from evidence_lib.scenarios.model.check import check, machine_for
 from evidence_lib.scenarios.model.machine import Bench, EngineMachine, ModelMismatch
 from evidence_lib.scenarios.model.reference import Model
 
@@ -104,8 +104,7 @@ REGRESSIONS = {
 
 
 def machine_on(server: Server, template: str) -> EngineMachine:
-    bench = Bench(server, template)
-    return type("Machine", (EngineMachine,), {"bench": bench})()  # type: ignore[no-any-return]
+    return machine_for(Bench(server, template))()
 
 
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))

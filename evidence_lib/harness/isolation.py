@@ -25,6 +25,7 @@ import contextlib
 import re
 import time
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -161,7 +162,7 @@ class PermutationRun:
 
 class _Runner:
     def __init__(self, spec: RaceSpec, ctx: RaceContext, run: PermutationRun, timeout: float) -> None:
-        self.spec, self.ctx, self.run = spec, ctx, run
+        self.spec, self.ctx, self.run, self.timeout = spec, ctx, run, timeout
         self.controller = Controller(ctx.url, timeout)
         self.sessions = {
             name: Session(ctx.url, name, list(spec.hooks.get(name, ()))) for name in spec.sessions if name != CONTROLLER
@@ -201,6 +202,7 @@ class _Runner:
         if self.controller.held:
             self.controller.release()
         self.resolve()
+        self.await_the_server()
         if self.pending:
             raise LivenessTimeout(
                 f"steps still waiting at the end: {list(self.pending)}\n" + dump(self.controller.conn)
@@ -216,6 +218,18 @@ class _Runner:
         else:
             self.line(f"step {step.name}: {step.sql} <waiting ...>  [{self.proof(step.name, found)}]")
             self.pending[step.name] = future
+
+    def await_the_server(self) -> None:
+        """Sessions still blocked when every step was sent wait on each other: only the server
+        can end that (its deadlock detector aborts one after deadlock_timeout). Wait for a step
+        to complete, at most `timeout` seconds in all (a liveness bound), as the isolation
+        tester does."""
+        deadline = time.monotonic() + self.timeout
+        while self.pending and (left := deadline - time.monotonic()) > 0:
+            done, _ = futures.wait(list(self.pending.values()), timeout=left, return_when=futures.FIRST_COMPLETED)
+            if not done:
+                return
+            self.resolve()
 
     def resolve(self) -> None:
         """Let waiting steps finish (or block again), shown in the order they were sent."""

@@ -14,21 +14,24 @@ from typing import Any
 
 from evidence_lib import progress
 from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.engine.flows import QueueMode
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Server, connect
 from evidence_lib.scenarios.controls.apply import patch_sql
 from evidence_lib.scenarios.controls.catalogue import Mutant, catalogue
-from evidence_lib.scenarios.model.check import CheckResult, check
-from evidence_lib.scenarios.support.parts import migrated_template
+from evidence_lib.scenarios.model.check import CheckResult, Counterexample, check, machine_for, run_tour
+from evidence_lib.scenarios.model.machine import Bench
+from evidence_lib.scenarios.support.parts import Databases, PartSpec, migrated_template
 from evidence_lib.scenarios.support.setup import scenario_server
 
 SCENARIO = "11_model_check"
+SEED = 20261203
 
 
 def run(
     examples: int = 40,
     steps: int = 40,
-    seed: int = 20261203,
+    seed: int = SEED,
     mutant_examples: int = 8,
     mutants: str = "",
     database_url: str = "",
@@ -82,20 +85,46 @@ def _candidate(result: ScenarioResult, outcome: CheckResult) -> None:
                  + [{"step": len(ce.transcript) + 1, "operation": f"FAILED: {ce.error}"}] if ce else [])  # fmt: skip
     if ce:
         result.notes.append(f"counterexample (replay with seed {ce.seed}):\n{ce.text()}")
-    ran = f"{bench.histories} histories, {bench.steps} operations, {bench.races} two-session races"
-    tour = outcome.tour
+    tour_gate(result, outcome.tour)
+    random_gate(result, outcome)
+
+
+def tour_gate(result: ScenarioResult, tour: Counterexample | None, mode: str = "") -> None:
     result.gate(
         "the_tour_of_every_operation_agrees_with_the_model",
         tour is None,
-        "a scripted history per queue mode ran every operation, refusal and fault the model knows"
+        "a scripted history ran every operation, refusal and fault the model knows"
         if tour is None else f"{tour.error[:400]} (after {len(tour.transcript)} operations)",
+        mode,
     )  # fmt: skip
+
+
+def random_gate(result: ScenarioResult, outcome: CheckResult) -> None:
+    bench, ce, tour = outcome.bench, outcome.counterexample, outcome.tour
+    ran = f"{bench.histories} histories, {bench.steps} operations, {bench.races} two-session races"
     result.gate(
         "no_counterexample_in_random_histories",
         ce is None and tour is None,
         "not run: the tour already disagreed" if tour is not None else
         f"{ran}, seed {outcome.settings['seed']}" if ce is None else f"seed {ce.seed}: {ce.error[:400]}",
     )  # fmt: skip
+
+
+# The same two gates as parts, for the negative controls (scenarios.controls.run.PARTS): the tour
+# in one queue mode, and a short seeded run of random histories without the tour.
+CONTROL_EXAMPLES = 12
+
+
+def _tour_part(result: ScenarioResult, databases: Databases, mode: QueueMode) -> None:
+    tour_gate(result, run_tour(machine_for(Bench(databases.server, databases.template)), (mode,)), mode)
+
+
+def _random_part(result: ScenarioResult, databases: Databases, mode: QueueMode) -> None:
+    random_gate(result, check(databases.server, databases.template, examples=CONTROL_EXAMPLES, steps=40,
+                              seed=SEED, shrink=False, tour_first=False))  # fmt: skip
+
+
+PARTS = [PartSpec("tour", _tour_part), PartSpec("random_histories", _random_part, per_mode=False)]
 
 
 def _mutant_row(mutant: Mutant, found: CheckResult) -> dict[str, Any]:

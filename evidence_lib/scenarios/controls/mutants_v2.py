@@ -13,7 +13,10 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
     Mutant(
         "settle_replay_ignores_the_result",
         "CONTRACT 5 settle: conflict when a settlement exists with a different outcome or result",
-        (Target("admission", "settlement_verdicts", ("settlement_verdict_conflict_writes_exactly_what_it_must",)),),
+        (
+            Target("admission", "settlement_verdicts", ("settlement_verdict_conflict_writes_exactly_what_it_must",)),
+            Target("model_check", "random_histories", ("no_counterexample_in_random_histories",), mode=None),
+        ),
         edits=(Edit(SETTLE, "= (v2_settle.outcome, v2_settle.result)", "= (v2_settle.outcome, v_settlement.result)"),),
     ),
     Mutant(
@@ -173,7 +176,10 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
     Mutant(
         "take_over_before_the_horizon",
         "CONTRACT 5 take over: refused before the lease horizon (DR007), nothing changes",
-        (Target("admission", "isolation", ("refused: v2_take_over before the lease horizon",)),),
+        (
+            Target("admission", "isolation", ("refused: v2_take_over before the lease horizon",)),
+            Target("model_check", "tour", ("the_tour_of_every_operation_agrees_with_the_model",)),
+        ),
         edits=(Edit("0640_function_v2_take_over.sql", "if v_now < v_old.lease_expires_at then", "if false then"),),
     ),
     Mutant(
@@ -226,6 +232,19 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
                 "0660_function__v2_next_action.sql",
                 "when b.status = 'created' and a.status = 'completed' then 'dispatch_b'",
                 "when b.status <> 'completed' and a.status = 'completed' then 'dispatch_b'",
+            ),
+        ),
+    ),
+    Mutant(
+        "reconcile_locks_work_before_the_run",
+        "CONTRACT 6 lock order: run -> work -> step states; a reconcile that locks the work row first "
+        "deadlocks with a settlement holding the run",
+        (Target("races", "settle_vs_reconcile", ("no_deadlock",)),),
+        edits=(
+            Edit(
+                "0670_function_v2_reconcile.sql",
+                "  -- the run is locked at once; an unknown or v1 run is refused before anything is written\n",
+                "  perform from engine.run_work as w where w.run_id = v2_reconcile.run_id for update;\n",
             ),
         ),
     ),

@@ -24,6 +24,7 @@ from evidence_lib.pg.db import Server, connect
 from evidence_lib.scenarios import (
     ab_proof,
     admission,
+    model_check,
     queue_identity,
     races,
     reconciliation,
@@ -45,6 +46,7 @@ PARTS: dict[str, Callable[[], list[PartSpec]]] = {
     "queue_identity": lambda: queue_identity.PARTS,
     "admission": lambda: admission.PARTS,
     "security": lambda: security.PARTS,
+    "model_check": lambda: model_check.PARTS,
 }
 
 

@@ -41,9 +41,9 @@ class CheckResult:
         return self.counterexample is None and self.tour is None
 
 
-def run_tour(machine: type[EngineMachine]) -> Counterexample | None:
-    """The scripted tour in both queue modes; the first disagreement, if any."""
-    for mode in ("flow", "step"):
+def run_tour(machine: type[EngineMachine], modes: tuple[str, ...] = ("flow", "step")) -> Counterexample | None:
+    """The scripted tour in each queue mode; the first disagreement, if any."""
+    for mode in modes:
         m = machine()
         try:
             tour(m, mode)
@@ -52,6 +52,11 @@ def run_tour(machine: type[EngineMachine]) -> Counterexample | None:
         finally:
             m.teardown()
     return None
+
+
+def machine_for(bench: Bench) -> type[EngineMachine]:
+    """The state machine class whose histories run on `bench` (Hypothesis instantiates it)."""
+    return type("Machine", (EngineMachine,), {"bench": bench})
 
 
 SHRINK_SECONDS = 30  # a failure is shrunk for at most this long: a broken engine turns red fast
@@ -67,7 +72,7 @@ def check(
     from hypothesis.internal.conjecture import engine
 
     bench = Bench(server, template)
-    machine = type("Machine", (EngineMachine,), {"bench": bench})
+    machine = machine_for(bench)
     phases = (Phase.explicit, Phase.generate, Phase.shrink) if shrink else (Phase.explicit, Phase.generate)
     settings = hypothesis.settings(
         max_examples=examples,

@@ -127,7 +127,7 @@ def race(machine: EngineMachine, pair: str, run: str) -> Model:
                 )
                 machine.bench.coverage[(machine.state_of(run), f"race: {pair}", f"order {order[0]}-{order[1]}")] += 1
                 machine.bench.steps += 2
-                machine._learn_ids()
+                machine.learn_ids(seen)
                 return model
             tried.append(f"order {order}: model {out[1].text()}, {out[2].text()}; {diff[:4]}")
     from evidence_lib.scenarios.model.machine import ModelMismatch

@@ -108,7 +108,7 @@ class EngineMachine(RuleBasedStateMachine):
             diff = differences(model.expected_state(), seen)
             if expected == real and not diff:
                 self.model = model
-                self._learn_ids()
+                self.learn_ids(seen)
                 return real
             problems.append(f"model answer {expected.text()}; state differences: {diff[:6] or 'none'}")
         raise ModelMismatch(f"{op.text}: the engine answered {real.text()}; " + " || ".join(problems))
@@ -127,10 +127,9 @@ class EngineMachine(RuleBasedStateMachine):
         ] += 1
         self.transcript.append(f"{op.text} -> {real.text()}")
 
-    def _learn_ids(self) -> None:
+    def learn_ids(self, seen: dict[str, Any]) -> None:
         """The message ids the server chose (a worker learns them by reading its queue)."""
-        rows = self.conn.execute("select run_id::text, step_slug, message_id from engine.step_tasks").fetchall()
-        self.msg_ids.update({(run, step): int(msg) for run, step, msg in rows if msg is not None})
+        self.msg_ids.update(seen["message_ids"])
 
     # -- rules ---------------------------------------------------------------------------
 

@@ -77,6 +77,8 @@ def snapshot(conn: Conn) -> dict[str, Any]:
         "work": {r: (req, proc, health, errors) for r, req, proc, health, errors in rows["work"]},
         "errors": {r: int(n) for r, n in rows["errors"]},
         "queues": queues,
+        # not compared (the model never predicts PGMQ's ids): what a worker reads from its queue
+        "message_ids": {(r, s): int(msg) for r, s, _, _, msg, _, _, _ in rows["tasks"] if msg is not None},
     }
 
 
