@@ -18,9 +18,10 @@ ALLOWED: dict[str, set[str]] = {
     "workers": {"engine", "pg.db"},
     "harness": {"engine", "pg"},
     "bench": {"workers", "harness", "engine", "pg"},
-    "scenarios": {"bench", "workers", "harness", "engine", "pg", "bundle.result"},
+    "mutation": {"workers", "harness", "engine", "pg", "bundle.result"},
+    "scenarios": {"mutation", "bench", "workers", "harness", "engine", "pg", "bundle.result"},
     "bundle.result": set(),
-    "bundle": {"bundle.result", "scenarios", "bench", "workers", "harness", "engine", "pg"},
+    "bundle": {"bundle.result", "scenarios", "mutation", "bench", "workers", "harness", "engine", "pg"},
 }
 # Outside scenarios/, only these may import evidence_lib.scenarios: the CLI (its `bench` command
 # prints the performance scenario), the moderation example's validation scenario (notebook 08),

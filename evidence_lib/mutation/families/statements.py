@@ -1,0 +1,62 @@
+"""Statements (PIT's VOID_METHOD_CALLS and RETURN_VALS in spirit; SPMutation's statement
+deletion): each statement of a body deleted (every PERFORM, UPDATE, INSERT, DELETE, SELECT INTO,
+assignment, RAISE, RETURN and PGMQ call), each assignment of an `update ... set` list removed,
+and an early RETURN inserted after each guard (an IF that raises or returns)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pglast import ast
+
+from evidence_lib.mutation.families import ExprContext, TextChange
+from evidence_lib.mutation.plpgsql import Body
+from evidence_lib.mutation.sqltree import REMOVED, NodeChange, Removed, walk
+
+DELETABLE = ("perform", "execsql", "assign", "raise", "return", "return_next", "dynexecute", "exit", "sql")
+
+
+def _what(body: Body, start: int) -> str:
+    """A short name for the deleted statement (`Perform`, `Update`, `PgmqCall` ...)."""
+    words = body.fn.text[start : start + 200].lower().split()
+    first = words[0] if words else "statement"
+    if "pgmq." in body.fn.text[start : start + 200].split(";")[0]:
+        return "PgmqCallDeleted"
+    return f"{first.capitalize()}Deleted"
+
+
+def _empty_return(body: Body) -> str:
+    fn = body.fn
+    if fn.returns == "trigger":
+        return "return new;"
+    if fn.returns_set or fn.returns.lower() == "void":
+        return "return;"
+    return "return null;"
+
+
+def deletions(body: Body) -> Iterator[TextChange]:
+    statements = list(body.walk())
+    if body.fn.language == "sql" and len(statements) < 2:
+        return
+    for i, stmt in enumerate(statements):
+        if stmt.kind in DELETABLE:
+            yield TextChange(_what(body, stmt.start), stmt.start, stmt.end, "null;" if stmt.kind != "sql" else "",
+                             f"s{i}:delete")  # fmt: skip
+
+
+def early_returns(body: Body) -> Iterator[TextChange]:
+    for i, stmt in enumerate(body.walk()):
+        if stmt.is_guard:
+            yield TextChange("EarlyReturnAfterGuard", stmt.end, stmt.end, f"\n  {_empty_return(body)}", f"s{i}:return")
+
+
+def _drop(node: ast.Node) -> ast.Node | Removed:
+    return REMOVED
+
+
+def set_assignments(ctx: ExprContext) -> Iterator[NodeChange]:
+    for path, node in walk(ctx.root):
+        if isinstance(node, ast.UpdateStmt) and node.targetList and len(node.targetList) > 1:
+            for i, target in enumerate(node.targetList):
+                yield NodeChange(f"SetAssignmentRemoved:{target.name}", (*path, ("targetList", i)), _drop,
+                                 target.location)  # fmt: skip

@@ -1,0 +1,275 @@
+"""The generator: every applicable mutant of every engine object in `sql/` (and of the worker
+code, `mutation.pysource`), with stable ids, after dropping duplicates and mutants whose
+normalized parse tree equals the original's.
+
+Families are data here: each name maps to the functions that yield its changes, so a run can ask
+for some families only (`--operators`), as PIT's mutator groups allow.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from pglast import parse_plpgsql, parse_sql
+from pglast.parser import scan
+
+from evidence_lib.mutation.families import (
+    ExprContext,
+    ObjectPatch,
+    TextChange,
+    clauses,
+    constants,
+    errors,
+    identifiers,
+    locking,
+    nulls,
+    operators,
+    privileges,
+    schema,
+    statements,
+)
+from evidence_lib.mutation.mutant import Mutant, Span, stable_id
+from evidence_lib.mutation.plpgsql import Body, Expr, read
+from evidence_lib.mutation.sources import Engine, Function, SourceNotUnderstood, engine
+from evidence_lib.mutation.sqltree import NodeChange, Path, changed, deparse, parse, render
+
+ExprFamily = Callable[[ExprContext], Iterator[NodeChange]]
+BodyFamily = Callable[[Body], Iterator[TextChange]]
+ObjectFamily = Callable[[Engine], Iterator[ObjectPatch]]
+
+EXPRESSION_FAMILIES: dict[str, tuple[ExprFamily, ...]] = {
+    "operator": (operators.relational, operators.arithmetic, operators.logical, operators.conditions),
+    "null": (nulls.expressions,),
+    "clause": (clauses.conjuncts, clauses.order_and_limit),
+    "identifier": (identifiers.identifiers,),
+    "statement": (statements.set_assignments,),
+    "constant": (constants.constants,),
+    "locking": (locking.locking,),
+}
+BODY_FAMILIES: dict[str, tuple[BodyFamily, ...]] = {
+    "null": (nulls.into_strict,),
+    "statement": (statements.deletions, statements.early_returns),
+    "error": (errors.sqlstates,),
+}
+OBJECT_FAMILIES: dict[str, tuple[ObjectFamily, ...]] = {
+    "schema": (schema.dropped,),
+    "privilege": (privileges.grants,),
+}
+SQL_FAMILIES = tuple(dict.fromkeys([*EXPRESSION_FAMILIES, *BODY_FAMILIES, *OBJECT_FAMILIES]))
+# roles of expressions no family mutates: a RAISE's message parameters and hints only shape text
+NOT_MUTATED_ROLES = ("param", "option")
+HOOK = "engine._hook("  # test instrumentation: inert unless armed, never mutated
+
+
+@dataclass
+class Generated:
+    """What a generation produced: the mutants to run, and what was dropped before running."""
+
+    mutants: list[Mutant] = field(default_factory=list)
+    equivalent: list[Mutant] = field(default_factory=list)  # same normalized tree as the original
+    duplicates: list[Mutant] = field(default_factory=list)  # same normalized tree as an earlier mutant
+    not_compiling: list[Mutant] = field(default_factory=list)  # the parser refuses the mutated text
+
+    def extend(self, other: Generated) -> None:
+        self.mutants += other.mutants
+        self.equivalent += other.equivalent
+        self.duplicates += other.duplicates
+        self.not_compiling += other.not_compiling
+
+
+# -- normalized forms ----------------------------------------------------------------------
+
+
+def normalized_source(text: str) -> str:
+    """An object's source as its tokens (comments and layout do not count), the body's too."""
+    out: list[str] = []
+    for token in scan(text):
+        if token.name in ("SQL_COMMENT", "C_COMMENT"):
+            continue
+        piece = text[token.start : token.end + 1]
+        if token.name == "SCONST" and piece.startswith("$"):
+            tag = piece[: piece.index("$", 1) + 1]
+            out.append(tag)
+            out.append(normalized_source(piece[len(tag) : -len(tag)]))
+            out.append(tag)
+        else:
+            out.append(piece.lower() if token.kind != "NO_KEYWORD" else piece)
+    return " ".join(out)
+
+
+@cache
+def _normal_query(query: str, mode: int) -> str:
+    text = f"SELECT {query}" if mode == 2 else query
+    if mode == 3:
+        return query.split(":=", 1)[0].strip() + " := " + _normal_query(query.split(":=", 1)[-1].strip(), 2)
+    try:
+        return "; ".join(deparse(s.stmt) for s in parse_sql(text))
+    except Exception:
+        return " ".join(query.split())
+
+
+def _strip(node: Any) -> Any:
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            if k == "lineno":
+                continue
+            if k == "PLpgSQL_expr":
+                out[k] = _normal_query(v["query"], v.get("parseMode", 0))
+            else:
+                out[k] = _strip(v)
+        return out
+    if isinstance(node, list):
+        return [_strip(x) for x in node]
+    return node
+
+
+def normalized_tree(fn: Function, text: str) -> str:
+    """The function's parse tree without positions, every query normalized by pglast's deparser:
+    two texts with the same normalized tree are the same program."""
+    if fn.language == "sql":
+        body_start = text.index(fn.text[fn.body_start - 2 : fn.body_start], fn.body_start - 2)
+        body = text[body_start + 2 : text.rindex("$$")]
+        return "; ".join(deparse(s.stmt) for s in parse_sql(body))
+    tree = parse_plpgsql(text.replace("engine.", "public."))
+    return json.dumps(_strip(tree), sort_keys=True)
+
+
+# -- mutants of one function ---------------------------------------------------------------
+
+
+def _or_replace(text: str) -> str:
+    """The function's file as a statement that replaces the candidate's definition."""
+    for token in scan(text):
+        if token.name == "CREATE":
+            return text[: token.end + 1] + " or replace" + text[token.end + 1 :]
+    raise SourceNotUnderstood("no CREATE in a function file")
+
+
+def _path_key(path: Path) -> str:
+    return "/".join(attr if index is None else f"{attr}[{index}]" for attr, index in path)
+
+
+@cache
+def _token_ends(text: str) -> dict[int, int]:
+    """Token start -> end (exclusive) over a whole function file, its body's tokens included."""
+    out: dict[int, int] = {}
+    for token in scan(text):
+        piece = text[token.start : token.end + 1]
+        if token.name == "SCONST" and piece.startswith("$"):
+            tag = piece[: piece.index("$", 1) + 1]
+            inner = token.start + len(tag)
+            out.update({inner + t.start: inner + t.end + 1 for t in scan(piece[len(tag) : -len(tag)])})
+        out[token.start] = token.end + 1
+    return out
+
+
+def _token_end(text: str, offset: int) -> int:
+    return _token_ends(text).get(offset, offset + 1)
+
+
+def _skipped(expr: Expr, text: str) -> bool:
+    return expr.role in NOT_MUTATED_ROLES or HOOK in text[expr.start : expr.end]
+
+
+class _FunctionMutants:
+    def __init__(self, fn: Function, wanted: set[str]) -> None:
+        self.fn, self.wanted = fn, wanted
+        self.source = normalized_source(fn.text)
+        self.original = normalized_tree(fn, fn.text)
+        self.seen: set[str] = set()
+        self.out = Generated()
+
+    def add(self, family: str, operator: str, where: str, start: int, end: int, text: str,
+            focus: Span | None = None) -> None:  # fmt: skip
+        fn = self.fn
+        mutated = fn.text[:start] + text + fn.text[end:]
+        mutant = Mutant(
+            id=stable_id(self.source, f"{family}/{operator}", where), kind="sql", obj=fn.label, file=fn.file,
+            family=family, operator=operator, span=Span(start, end), original=fn.text[start:end],
+            replacement=text, patch=_or_replace(mutated), target=fn.signature, functions=(fn.name,), focus=focus,
+        )  # fmt: skip
+        try:
+            tree = normalized_tree(fn, mutated)
+        except Exception:
+            self.out.not_compiling.append(mutant)
+            return
+        if tree == self.original:
+            self.out.equivalent.append(mutant)
+        elif tree in self.seen:
+            self.out.duplicates.append(mutant)
+        else:
+            self.seen.add(tree)
+            self.out.mutants.append(mutant)
+
+    def run(self, ctx_engine: Engine) -> Generated:
+        body = read(self.fn)
+        text = self.fn.text
+        for index, expr in enumerate(body.exprs):
+            if _skipped(expr, text):
+                continue
+            root = parse(expr)
+            ctx = ExprContext(ctx_engine, expr, root, body.variables, self.fn.name,
+                              identifiers.trigger_row(ctx_engine, self.fn.name))  # fmt: skip
+            for family, generators in EXPRESSION_FAMILIES.items():
+                if family not in self.wanted:
+                    continue
+                for generate in generators:
+                    for change in generate(ctx):
+                        new_text = render(expr, changed(root, change))
+                        focus = None
+                        if change.location is not None:
+                            at = expr.file_offset(change.location)
+                            focus = Span(at, _token_end(text, at))
+                        self.add(family, change.operator, f"e{index}:{_path_key(change.path)}", expr.start,
+                                 expr.end, new_text, focus)  # fmt: skip
+        for family, body_generators in BODY_FAMILIES.items():
+            if family not in self.wanted:
+                continue
+            for body_generate in body_generators:
+                for tc in body_generate(body):
+                    if HOOK in text[tc.start : tc.end]:
+                        continue
+                    self.add(family, tc.operator, tc.where, tc.start, tc.end, tc.text)
+        return self.out
+
+
+def function_mutants(fn: Function, families: Iterable[str] = SQL_FAMILIES, eng: Engine | None = None) -> Generated:
+    return _FunctionMutants(fn, set(families)).run(eng or engine())
+
+
+def object_mutants(eng: Engine, families: Iterable[str] = SQL_FAMILIES) -> Generated:
+    out = Generated()
+    for family, generators in OBJECT_FAMILIES.items():
+        if family not in set(families):
+            continue
+        for generate in generators:
+            for patch in generate(eng):
+                where = f"{patch.obj}:{patch.replacement}"
+                out.mutants.append(Mutant(
+                    id=stable_id(normalized_source(patch.original), f"{family}/{patch.operator}", where),
+                    kind="sql", obj=patch.obj, file=patch.file, family=family, operator=patch.operator,
+                    span=Span(patch.start, patch.end), original=patch.original, replacement=patch.replacement,
+                    patch=patch.patch, target=patch.obj, functions=patch.functions,
+                ))  # fmt: skip
+    return out
+
+
+def sql_mutants(objects: Iterable[str] | None = None, families: Iterable[str] = SQL_FAMILIES) -> Generated:
+    """Every SQL mutant of the engine (of `objects` only, when given: function names or object
+    labels), in file order."""
+    eng = engine()
+    chosen = set(objects) if objects is not None else None
+    out = Generated()
+    for fn in eng.functions:
+        if chosen is None or fn.name in chosen or fn.label in chosen:
+            out.extend(function_mutants(fn, families, eng))
+    objs = object_mutants(eng, families)
+    for bucket in ("mutants", "equivalent", "duplicates", "not_compiling"):
+        kept = [m for m in getattr(objs, bucket) if chosen is None or m.obj in chosen]
+        getattr(out, bucket).extend(kept)
+    return out
