@@ -18,10 +18,11 @@ ALLOWED: dict[str, set[str]] = {
     "workers": {"engine", "pg.db"},
     "harness": {"engine", "pg"},
     "bench": {"workers", "harness", "engine", "pg"},
-    "mutation": {"workers", "harness", "engine", "pg", "bundle.result"},
-    "scenarios": {"mutation", "bench", "workers", "harness", "engine", "pg", "bundle.result"},
+    "model": {"workers", "harness", "engine", "pg"},
+    "mutation": {"model", "workers", "harness", "engine", "pg", "bundle.result"},
+    "scenarios": {"mutation", "model", "bench", "workers", "harness", "engine", "pg", "bundle.result"},
     "bundle.result": set(),
-    "bundle": {"bundle.result", "scenarios", "mutation", "bench", "workers", "harness", "engine", "pg"},
+    "bundle": {"bundle.result", "scenarios", "mutation", "model", "bench", "workers", "harness", "engine", "pg"},
 }
 # Outside scenarios/, only these may import evidence_lib.scenarios: the CLI (its `bench` command
 # prints the performance scenario), the moderation example's validation scenario (notebook 08),

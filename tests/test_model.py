@@ -10,14 +10,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from evidence_lib.model import ops
+from evidence_lib.model.bench import Bench, ModelMismatch
+from evidence_lib.model.check import check, machine_for
+from evidence_lib.model.machine import EngineMachine
+from evidence_lib.model.reference import Model
+from evidence_lib.mutation.catalogue import catalogue
+from evidence_lib.mutation.controls import patch_sql
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Server, connect
-from evidence_lib.scenarios.controls.apply import patch_sql
-from evidence_lib.scenarios.controls.catalogue import catalogue
-from evidence_lib.scenarios.model import ops
-from evidence_lib.scenarios.model.check import check, machine_for
-from evidence_lib.scenarios.model.machine import Bench, EngineMachine, ModelMismatch
-from evidence_lib.scenarios.model.reference import Model
 
 MUTANTS = {m.name: m for m in catalogue()}
 

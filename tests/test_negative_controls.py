@@ -13,13 +13,14 @@ from evidence_lib.bundle.result import DuplicateGate, ScenarioResult
 from evidence_lib.bundle.runner import gate_map
 from evidence_lib.bundle.runs import NotebookRun
 from evidence_lib.harness.isolation import run_spec
+from evidence_lib.mutation.catalogue import catalogue
+from evidence_lib.mutation.controls import Target, patch_sql
 from evidence_lib.pg import pgtap
 from evidence_lib.pg.db import Server
 from evidence_lib.scenarios import ab_proof, race_specs, races
-from evidence_lib.scenarios.controls.apply import patch_sql
-from evidence_lib.scenarios.controls.catalogue import Target, catalogue
-from evidence_lib.scenarios.controls.run import mutant_template, run_target
+from evidence_lib.scenarios.negative_controls import mutant_template
 from evidence_lib.scenarios.support.parts import clones, run_part
+from evidence_lib.scenarios.support.targets import run_target
 
 MUTANTS = {m.name: m for m in catalogue()}
 TARGETS = list({f"{t.scenario}/{t.part}/{t.mode}": t for m in catalogue() for t in m.targets}.values())

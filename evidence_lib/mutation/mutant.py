@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Literal
 
-Kind = Literal["sql", "python"]
+Kind = Literal["sql", "python", "seam"]  # seam: a control's documented worker seam
 # the statuses of the mutation-testing report schema (Stryker, Mull, ... share them)
 Status = Literal["Killed", "Survived", "NoCoverage", "CompileError", "RuntimeError", "Timeout", "Ignored", "Pending"]
 DETECTED: tuple[Status, ...] = ("Killed", "Timeout")

@@ -17,8 +17,9 @@ import contextlib
 import os
 import secrets
 import tempfile
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -175,6 +176,25 @@ def _embedded_server(*, fast: bool) -> Iterator[Server]:
                 handle.cleanup()
 
 
+# Function coverage: while a sink is registered (`function_calls`), every database created here
+# tracks its function calls (`track_functions = all`, set on the database), and every database
+# dropped here first reports the engine functions its sessions executed (pg_stat_user_functions;
+# a backend's counts are flushed when it exits, so the drop waits, bounded, for the others to go).
+FunctionSink = Callable[[str, dict[str, int]], None]
+_SINKS: list[FunctionSink] = []
+STATS_WAIT = 5.0  # seconds for a database's other sessions to end before its counts are read
+
+
+@contextlib.contextmanager
+def function_calls(sink: FunctionSink) -> Iterator[None]:
+    """Report (database, {engine function: calls}) to `sink` for every database dropped meanwhile."""
+    _SINKS.append(sink)
+    try:
+        yield
+    finally:
+        _SINKS.remove(sink)
+
+
 def create_database(server: Server, name: str, *, template: str | None = None) -> str:
     """Create database `name` (optionally cloned from `template`) and return its URL."""
     with server.admin() as conn:
@@ -186,11 +206,28 @@ def create_database(server: Server, name: str, *, template: str | None = None) -
             )
         else:
             conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+        if _SINKS:
+            conn.execute(sql.SQL("alter database {} set track_functions = 'all'").format(sql.Identifier(name)))
     return server.url(name)
+
+
+def _report_calls(server: Server, name: str) -> None:
+    with connect(server.url(name), application_name="coverage") as conn:
+        deadline = time.monotonic() + STATS_WAIT
+        others = "select count(*) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()"
+        while one(conn, others) and time.monotonic() < deadline:
+            time.sleep(0.02)  # poll: the part's sessions are closing (a bounded wait, not an ordering)
+        calls = {str(f): int(c) for f, c in conn.execute(
+            "select funcname, calls from pg_stat_user_functions where schemaname = 'engine'").fetchall()}  # fmt: skip
+    for sink in list(_SINKS):
+        sink(name, calls)
 
 
 def drop_database(server: Server, name: str) -> None:
     """Drop database `name`, disconnecting whoever is still in it."""
+    if _SINKS:
+        with contextlib.suppress(psycopg.Error):
+            _report_calls(server, name)
     with server.admin() as conn:
         conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
 

@@ -1,7 +1,7 @@
 """Scenario 11: model-based checking. Random histories of every v2 operation (and v1 calls on v2
 rows, poison, lost acknowledgements through the real proxy, the test clock, two-session races)
 run against the real database and are compared, answer by answer and table by table, with the
-reference model (`scenarios.model`). The candidate must give no counterexample; then every SQL
+reference model (`model`). The candidate must give no counterexample; then every SQL
 mutant of the negative-controls catalogue runs through the same check, and the kill count is
 reported beside the gates (the worker seams are not in the model's reach: it calls SQL).
 """
@@ -15,12 +15,13 @@ from typing import Any
 from evidence_lib import progress
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine.flows import QueueMode
+from evidence_lib.model.bench import Bench
+from evidence_lib.model.check import CheckResult, Counterexample, check, machine_for, run_tour
+from evidence_lib.mutation.apply import apply_sql
+from evidence_lib.mutation.catalogue import catalogue
+from evidence_lib.mutation.controls import Control
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Server, connect
-from evidence_lib.scenarios.controls.apply import patch_sql
-from evidence_lib.scenarios.controls.catalogue import Mutant, catalogue
-from evidence_lib.scenarios.model.check import CheckResult, Counterexample, check, machine_for, run_tour
-from evidence_lib.scenarios.model.machine import Bench
 from evidence_lib.scenarios.support.parts import Databases, PartSpec, migrated_template
 from evidence_lib.scenarios.support.setup import scenario_server
 
@@ -58,11 +59,11 @@ def run(
 
 
 @contextlib.contextmanager
-def _patched(server: Server, template: str, mutant: Mutant) -> Iterator[str]:
+def _patched(server: Server, template: str, mutant: Control) -> Iterator[str]:
     """A clone of the candidate with the mutant's SQL patch applied, to clone histories from."""
     with db.scratch_database(server, template=template, prefix="mcm") as url:
-        with connect(url, application_name="patch") as conn, conn.transaction():
-            conn.execute(patch_sql(mutant).encode())
+        with connect(url, application_name="patch") as conn:
+            apply_sql(conn, mutant.mutant())
         yield db.database_name(url)
 
 
@@ -110,7 +111,7 @@ def random_gate(result: ScenarioResult, outcome: CheckResult) -> None:
     )  # fmt: skip
 
 
-# The same two gates as parts, for the negative controls (scenarios.controls.run.PARTS): the tour
+# The same two gates as parts, for the negative controls (scenarios.support.targets.PARTS): the tour
 # in one queue mode, and a short seeded run of random histories without the tour.
 CONTROL_EXAMPLES = 12
 
@@ -127,7 +128,7 @@ def _random_part(result: ScenarioResult, databases: Databases, mode: QueueMode) 
 PARTS = [PartSpec("tour", _tour_part), PartSpec("random_histories", _random_part, per_mode=False)]
 
 
-def _mutant_row(mutant: Mutant, found: CheckResult) -> dict[str, Any]:
+def _mutant_row(mutant: Control, found: CheckResult) -> dict[str, Any]:
     ce = found.tour or found.counterexample
     return {
         "mutant": mutant.name,

@@ -9,6 +9,7 @@ databases; the negative-controls scenario runs the same parts, not copies, on mu
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -89,8 +90,24 @@ class Databases:
     URL); `hooks` arms test hooks for every session of each clone (only to prove that a gate can
     turn red). Parts that need the server itself (to crash it) read `server`."""
 
-    def __init__(self, server: Server, template: str, *, hooks: str = "", prefix: str = "ev") -> None:
+    def __init__(self, server: Server, template: str, *, hooks: str = "", prefix: str = "ev",
+                 coverage: bool = False) -> None:  # fmt: skip
         self.server, self.template, self.hooks, self.prefix = server, template, hooks, prefix
+        self.coverage = coverage
+        self.executed: Counter[str] = Counter()  # engine function -> calls, with `coverage`
+
+    def _count(self, database: str, calls: dict[str, int]) -> None:
+        if database.startswith(self.prefix) or database.startswith("model"):
+            self.executed.update(calls)
+
+    @contextlib.contextmanager
+    def collecting(self) -> Iterator[None]:
+        """While the block runs, count the engine functions every dropped clone executed."""
+        if not self.coverage:
+            yield
+            return
+        with db.function_calls(self._count):
+            yield
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[str]:
@@ -105,9 +122,9 @@ class Databases:
             yield url
 
 
-def clones(server: Server, template: str, *, hooks: str = "", prefix: str = "ev") -> Databases:
+def clones(server: Server, template: str, *, hooks: str = "", prefix: str = "ev", coverage: bool = False) -> Databases:
     """Fresh databases cloned from `template` (see `Databases`)."""
-    return Databases(server, template, hooks=hooks, prefix=prefix)
+    return Databases(server, template, hooks=hooks, prefix=prefix, coverage=coverage)
 
 
 @contextlib.contextmanager

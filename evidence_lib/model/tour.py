@@ -6,9 +6,9 @@ the budget (a small `examples` cannot leave a lost acknowledgement or a poison u
 
 from __future__ import annotations
 
-from evidence_lib.scenarios.model import ops
-from evidence_lib.scenarios.model.concurrent import race
-from evidence_lib.scenarios.model.machine import EngineMachine
+from evidence_lib.model import ops
+from evidence_lib.model.concurrent import race
+from evidence_lib.model.machine import EngineMachine
 
 BIG = {"pad": "x" * 70_000}
 

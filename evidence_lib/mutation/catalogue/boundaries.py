@@ -3,14 +3,14 @@ envelope, privileges and the search path."""
 
 from __future__ import annotations
 
-from evidence_lib.scenarios.controls.catalogue import CLAIM, Edit, Mutant, Target
+from evidence_lib.mutation.controls import CLAIM, Control, Edit, Target
 
 WORKER_REFUSED = "a_engine_worker_login_is_refused_everything_else_and_changes_nothing"
 SAFE_PATH = "every_engine_function_searches_pg_catalog_first_and_pg_temp_last"
 
-BOUNDARIES: tuple[Mutant, ...] = (
+BOUNDARIES: tuple[Control, ...] = (
     # -- v1 writers on v2 state -------------------------------------------------------------------
-    Mutant(
+    Control(
         "v1_report_writes_a_v2_run",
         "CONTRACT 6: v1 writers never write a row of a v2 run (DR010)",
         (
@@ -23,7 +23,7 @@ BOUNDARIES: tuple[Mutant, ...] = (
         edits=(Edit("0390_function__v1_report_run.sql", "  if v_run.protocol <> 'v1' then", "  if false then"),),
     ),
     # -- queue identity ---------------------------------------------------------------------------
-    Mutant(
+    Control(
         "queue_names_compared_without_case_folding",
         "CONTRACT 1: names normalize lower-case; Foo and foo collide (DR012)",
         (Target("queue_identity", "naming", ("colliding_default_name_refused_without_writes",), None),),
@@ -35,7 +35,7 @@ BOUNDARIES: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "claim_matches_the_message_id_only",
         "CONTRACT 1/5: an equal numeric id in another queue never matches (DR004)",
         (Target("queue_identity", "identity", ("same_numeric_id_never_cross_claimed",), None),),
@@ -54,26 +54,26 @@ BOUNDARIES: tuple[Mutant, ...] = (
         ),
     ),
     # -- the admission envelope -------------------------------------------------------------------
-    Mutant(
+    Control(
         "start_run_admits_any_number_of_steps",
         "CONTRACT 3: exactly two steps, A -> B (DR001)",
         (Target("admission", "admission", ("refused: three steps",), None),),
         edits=(Edit("0610_function_v2_start_run.sql", "if v_steps <> v_limits.steps then", "if false then"),),
     ),
-    Mutant(
+    Control(
         "start_run_ignores_the_input_size",
         "CONTRACT 3: run input at most 65 536 bytes (DR002)",
         (Target("admission", "admission", ("refused: input 65 537 bytes",), None),),
         edits=(Edit("0610_function_v2_start_run.sql", "if v_bytes > v_limits.input_max_bytes then", "if false then"),),
     ),
     # -- privileges and the search path ----------------------------------------------------------
-    Mutant(
+    Control(
         "public_may_settle",
         "CONTRACT 6: nothing in schema engine is usable by PUBLIC",
         (Target("security", "privileges", ("public_holds_exactly_the_contract_privileges",), None),),
         statements="grant execute on function engine.v2_settle(uuid, text, jsonb) to public;",
     ),
-    Mutant(
+    Control(
         "worker_role_may_reconcile",
         "CONTRACT 6: a login granted engine_worker cannot reconcile",
         (
@@ -84,7 +84,7 @@ BOUNDARIES: tuple[Mutant, ...] = (
         ),
         statements="grant execute on function engine.v2_reconcile(uuid, integer) to engine_worker;",
     ),
-    Mutant(
+    Control(
         "empty_search_path_in_v2_claim",
         "CONTRACT 6 (amended 2026-12-03): search_path = pg_catalog, pg_temp; with '' a caller's "
         "temporary domain runs with the owner's rights (issue 12)",

@@ -3,14 +3,14 @@ update, takeover and reconciliation."""
 
 from __future__ import annotations
 
-from evidence_lib.scenarios.controls.catalogue import CLAIM, CONSISTENCY, SETTLE, Edit, Mutant, Target
+from evidence_lib.mutation.controls import CLAIM, CONSISTENCY, SETTLE, Control, Edit, Target
 
 SETTLED = "    update engine.task_claims as c set state = 'settled' where c.claim_id = v2_settle.claim_id;\n"
 ELIGIBLE = "w.requested_generation = w.processed_generation and w.health = 'clean'"
 
-V2_PROTOCOL: tuple[Mutant, ...] = (
+V2_PROTOCOL: tuple[Control, ...] = (
     # -- settlement verdicts --------------------------------------------------------------------
-    Mutant(
+    Control(
         "settle_replay_ignores_the_result",
         "CONTRACT 5 settle: conflict when a settlement exists with a different outcome or result",
         (
@@ -19,7 +19,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
         ),
         edits=(Edit(SETTLE, "= (v2_settle.outcome, v2_settle.result)", "= (v2_settle.outcome, v_settlement.result)"),),
     ),
-    Mutant(
+    Control(
         "settle_replay_writes_again",
         "CONTRACT 5 settle: replayed returns the recorded receipt and writes nothing",
         (Target("admission", "settlement_verdicts", ("settlement_verdict_replayed_writes_exactly_what_it_must",)),),
@@ -33,26 +33,26 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "settle_accepts_a_revoked_claim",
         "CONTRACT 5 settle: stale when the claim was revoked by a takeover, writes nothing",
         (Target("admission", "stale_verdict", ("settlement_verdict_stale_writes_exactly_what_it_must",)),),
         edits=(Edit(SETTLE, "if v_claim.state = 'current' and", "if v_claim.state in ('current', 'revoked') and"),),
     ),
-    Mutant(
+    Control(
         "settle_accepts_on_a_terminal_run",
         "CONTRACT 5 settle: terminal when the run or task is terminal for another reason, writes nothing",
         (Target("admission", "settlement_verdicts", ("settlement_verdict_terminal_writes_exactly_what_it_must",)),),
         edits=(Edit(SETTLE, " and v_run.status = 'started'\n", "\n"),),
     ),
     # -- the writes of an accepted settlement ---------------------------------------------------
-    Mutant(
+    Control(
         "settle_does_not_archive_the_message",
         "CONTRACT 5 settle: accepted archives the claim's owned pair in the same transaction",
         (Target("ab_proof", "proof", ("run_finalized_by_reconciliation", CONSISTENCY)),),
         edits=(Edit(SETTLE, "    perform pgmq.archive(v_claim.queue_name, v_claim.message_id);\n", ""),),
     ),
-    Mutant(
+    Control(
         "settle_does_not_bump_the_generation",
         "CONTRACT 5 settle: accepted sets requested_generation + 1 (the run becomes dirty)",
         (Target("ab_proof", "proof", ("a_committed_with_no_reconciler",)),),
@@ -68,7 +68,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "settle_leaves_the_claim_current",
         "CONTRACT 5 settle: accepted marks the claim settled",
         (Target("admission", "settlement_verdicts", ("settlement_verdict_accepted_writes_exactly_what_it_must",)),),
@@ -80,7 +80,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "settle_sends_b_before_reconciliation",
         "CONTRACT 5 settle: a completed settlement does nothing else (no dependent step); the old "
         "ab_proof gate looked for B only in a private queue and missed this in flow mode",
@@ -96,7 +96,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
         ),
     ),
     # -- claim eligibility and the guarded update -----------------------------------------------
-    Mutant(
+    Control(
         "claim_while_the_run_is_dirty",
         "CONTRACT 5 claim: eligible only when work is clean and caught up (requested = processed)",
         (Target("admission", "claim_eligibility", ("claim_refused_when_work_dirty",)),),
@@ -104,7 +104,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
             Edit(CLAIM, "w.requested_generation = w.processed_generation and w.health = 'clean'", "w.health = 'clean'"),
         ),
     ),
-    Mutant(
+    Control(
         "claim_in_backoff_or_attention",
         "CONTRACT 5 claim: eligible only when health is clean",
         (
@@ -122,7 +122,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "claim_ignores_a_changed_definition",
         "CONTRACT 4: the live definition must match when claiming, else DR005 and nothing changes",
         (Target("admission", "claim_eligibility", ("claim_refused_when_definition_changed",)),),
@@ -134,7 +134,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "claim_without_row_locks",
         "CONTRACT 6 lock order: a claim locks run, work and task; the guarded update still picks "
         "one winner, so only the race's contention gate sees it (the old gate accepted any wait, "
@@ -155,7 +155,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
             Edit(CLAIM, "     for update of t;", "    ;"),
         ),
     ),
-    Mutant(
+    Control(
         "claim_grants_what_it_read_not_what_it_updated",
         "CONTRACT 2/5 claim: the winner comes from a guarded UPDATE ... RETURNING; a concurrent "
         "loser gets nothing and writes nothing (the pre-update snapshot defect, in v2)",
@@ -173,7 +173,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
         ),
     ),
     # -- takeover ---------------------------------------------------------------------------------
-    Mutant(
+    Control(
         "take_over_before_the_horizon",
         "CONTRACT 5 take over: refused before the lease horizon (DR007), nothing changes",
         (
@@ -182,7 +182,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
         ),
         edits=(Edit("0640_function_v2_take_over.sql", "if v_now < v_old.lease_expires_at then", "if false then"),),
     ),
-    Mutant(
+    Control(
         "take_over_without_a_budget",
         "CONTRACT 3/5: one controlled takeover per task, then attention with the message kept",
         (Target("reconciliation", "takeover_attention", ("second_takeover_sets_attention_and_leaves_the_message",)),),
@@ -195,7 +195,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
         ),
     ),
     # -- reconciliation ---------------------------------------------------------------------------
-    Mutant(
+    Control(
         "reconcile_action_outside_its_subtransaction",
         "CONTRACT 5 reconcile: an error in an action rolls it back, is recorded durably and backs off",
         (Target("reconciliation", "rollback_and_restart", ("engine_error_recorded_with_backoff",)),),
@@ -211,7 +211,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "reconcile_never_marks_the_generation_processed",
         "CONTRACT 5 reconcile: with no immediate action left it marks the locked generation processed",
         (Target("races", "two_reconcilers", ("two_reconcilers",)),),
@@ -223,7 +223,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "reconcile_dispatches_b_again",
         "CONTRACT 5 reconcile: B is created and queued exactly once (idempotent dispatch)",
         (Target("races", "two_reconcilers", ("two_reconcilers",)),),
@@ -235,7 +235,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "reconcile_locks_work_before_the_run",
         "CONTRACT 6 lock order: run -> work -> step states; a reconcile that locks the work row first "
         "deadlocks with a settlement holding the run",
@@ -248,7 +248,7 @@ V2_PROTOCOL: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "prune_deletes_the_archive_of_a_live_run",
         "CONTRACT 6: pruning never touches a non-terminal v2 run (found by the race reconcile_vs_prune: "
         "the archive of a run waiting for its final reconcile was pruned)",

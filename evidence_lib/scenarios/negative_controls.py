@@ -12,118 +12,39 @@ and reported as killed by the deadline, never left to a notebook's cell timeout.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
 from evidence_lib import progress
-from evidence_lib.bundle.result import Gate, ScenarioResult
+from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.mutation.apply import apply_sql, swapped
+from evidence_lib.mutation.catalogue import catalogue
+from evidence_lib.mutation.controls import Control, Target
+from evidence_lib.mutation.judging import TargetRun
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Server, connect
-from evidence_lib.scenarios import (
-    ab_proof,
-    admission,
-    model_check,
-    queue_identity,
-    races,
-    reconciliation,
-    response_loss,
-    security,
-)
-from evidence_lib.scenarios.controls.apply import patch_diff, patch_sql, seam
-from evidence_lib.scenarios.controls.catalogue import Mutant, Target, catalogue
-from evidence_lib.scenarios.support import consistency
-from evidence_lib.scenarios.support.parts import PartSpec, clones, migrated_template, run_part
+from evidence_lib.scenarios.support.parts import migrated_template
 from evidence_lib.scenarios.support.setup import scenario_server
+from evidence_lib.scenarios.support.targets import run_target
 
 SCENARIO = "10_negative_controls"
-PARTS: dict[str, Callable[[], list[PartSpec]]] = {
-    "ab_proof": lambda: ab_proof.PARTS,
-    "response_loss": lambda: response_loss.parts(repeat=1, crashes=("kill9",)),
-    "races": lambda: races.parts(repeat=1),
-    "reconciliation": lambda: reconciliation.PARTS,
-    "queue_identity": lambda: queue_identity.PARTS,
-    "admission": lambda: admission.PARTS,
-    "security": lambda: security.PARTS,
-    "model_check": lambda: model_check.PARTS,
-}
-
-
-@dataclass
-class TargetRun:
-    """One target part run against one database template (the candidate's or a mutant's)."""
-
-    target: Target
-    gates: list[Gate] = field(default_factory=list)
-    seconds: float = 0.0
-    deadline_hit: bool = False
-
-    @property
-    def red(self) -> list[str]:
-        return [g.name for g in self.gates if not g.passed]
-
-    @property
-    def missing(self) -> list[str]:
-        """Gates the target names that did not turn red."""
-        return [name for name in self.target.gates if name not in self.red]
-
-
-def find_part(target: Target) -> PartSpec:
-    for spec in PARTS[target.scenario]():
-        if spec.name == target.part:
-            return spec
-    raise KeyError(f"scenario {target.scenario} has no part {target.part}")
-
-
-def run_target(server: Server, template: str, target: Target, deadline: float, tag: str) -> TargetRun:
-    """Run one target part on clones of `template` within `deadline` seconds."""
-    spec = find_part(target)
-    sub = ScenarioResult(target.scenario, target.part, {})
-    prefix = f"nc{tag}"
-    started = time.perf_counter()
-    worker = threading.Thread(
-        target=lambda: run_part(sub, spec, clones(server, template, prefix=prefix), target.mode),
-        name=f"control-{tag}",
-        daemon=True,
-    )
-    worker.start()
-    worker.join(deadline)
-    hit = worker.is_alive()
-    if hit:  # cut the part off: its sessions die, its calls raise, its thread ends
-        _terminate(server, prefix)
-        worker.join(10)
-        sub.gate("finished_within_the_deadline", False, f"still running after {deadline:.0f} s; sessions terminated")
-    if consistency.TABLE in sub.tables:
-        consistency.gates(sub)
-    return TargetRun(target, list(sub.gates), time.perf_counter() - started, hit)
-
-
-def _terminate(server: Server, prefix: str) -> None:
-    with server.admin() as conn:
-        conn.execute(
-            "select pg_terminate_backend(pid) from pg_stat_activity where datname like %s and pid <> pg_backend_pid()",
-            (f"{prefix}\\_%",),
-        )
 
 
 @contextlib.contextmanager
-def mutant_template(server: Server, candidate: str, mutant: Mutant) -> Iterator[str]:
-    """A clone of the candidate template with the mutant's patch applied; yields its name."""
+def mutant_template(server: Server, candidate: str, control: Control) -> Iterator[str]:
+    """A clone of the candidate template with the control's patch applied; yields its name."""
     with db.scratch_database(server, template=candidate, prefix="nc_mut") as url:
-        patch = patch_sql(mutant)
-        if patch:
-            with connect(url, application_name="mutant") as conn, conn.transaction():
-                conn.execute(patch.encode())
+        with connect(url, application_name="mutant") as conn:
+            apply_sql(conn, control.mutant())
         yield db.database_name(url)
 
 
 def _label(target: Target) -> str:
-    return f"{target.scenario}/{target.part}" + (f" [{target.mode}]" if target.mode else "")
+    return target.label
 
 
 def run(mutants: str = "", deadline: float = 30.0, database_url: str = "") -> ScenarioResult:
-    """Run the candidate and every mutant (or those named in `mutants`, comma-separated)."""
+    """Run the candidate and every control (or those named in `mutants`, comma-separated)."""
     chosen = [m for m in catalogue() if not mutants or m.name in {n.strip() for n in mutants.split(",")}]
     result = ScenarioResult(SCENARIO, "Negative controls", {"mutants": mutants, "deadline": deadline})
     with (
@@ -158,10 +79,11 @@ def run(mutants: str = "", deadline: float = 30.0, database_url: str = "") -> Sc
     return result
 
 
-def _control(result: ScenarioResult, server: Server, candidate: str, mutant: Mutant, deadline: float, tag: str) -> None:
+def _control(result: ScenarioResult, server: Server, candidate: str, mutant: Control, deadline: float, tag: str,
+             ) -> None:  # fmt: skip
     started = time.perf_counter()
     runs: list[TargetRun] = []
-    with mutant_template(server, candidate, mutant) as template, seam(mutant):
+    with mutant_template(server, candidate, mutant) as template, swapped(mutant.mutant()):
         for j, target in enumerate(mutant.targets):
             runs.append(run_target(server, template, target, deadline, f"{tag}t{j}"))
     red = [f"{_label(r.target)}: {name}" for r in runs for name in r.red]
@@ -182,7 +104,7 @@ def _control(result: ScenarioResult, server: Server, candidate: str, mutant: Mut
             }
         ],
     )
-    result.append_rows("patches", [{"mutant": mutant.name, "patch": patch_diff(mutant)}])
+    result.append_rows("patches", [{"mutant": mutant.name, "patch": mutant.mutant().replacement}])
     result.append_rows("target_runs", [_target_row(mutant.name, r) for r in runs])
     result.gate(
         f"mutant_{mutant.name}_killed",

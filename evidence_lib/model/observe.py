@@ -12,8 +12,8 @@ from typing import Any
 
 from psycopg import sql
 
+from evidence_lib.model.reference import _canon
 from evidence_lib.pg.db import Conn
-from evidence_lib.scenarios.model.reference import _canon
 
 QUERIES = {
     "flows": "select f.flow_slug, f.queue_mode, s.step_slug, s.queue_name from engine.flows f "

@@ -13,18 +13,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evidence_lib.harness.faults import held_hook
 from evidence_lib.harness.locks import waits
 from evidence_lib.harness.sessions import HOOK_KEY_SPACE
+from evidence_lib.model import ops
+from evidence_lib.model.bench import History, ModelMismatch
+from evidence_lib.model.observe import differences, snapshot
+from evidence_lib.model.reference import Model, Outcome
 from evidence_lib.pg.db import Conn, connect
-from evidence_lib.scenarios.model import ops
-from evidence_lib.scenarios.model.observe import differences, snapshot
-from evidence_lib.scenarios.model.reference import Model, Outcome
-
-if TYPE_CHECKING:
-    from evidence_lib.scenarios.model.machine import EngineMachine
 
 DEADLINE = 10.0  # seconds for a session to park, block or finish
 HOOKS = {"claim": "claim.after_run_lock", "settle": "settle.after_run_lock",
@@ -40,7 +38,7 @@ PAIRS = {
 }
 
 
-def _op(machine: EngineMachine, kind: str, run: str) -> ops.Op:
+def _op(machine: History, kind: str, run: str) -> ops.Op:
     model = machine.model
     r = model.runs[run]
     flow = model.flows[r.flow]
@@ -74,7 +72,7 @@ def _parked(ctl: Conn, pid: int, key: int) -> bool:
     return any(w.locktype == "advisory" and w.classid == HOOK_KEY_SPACE and w.objid == key for w in waits(ctl, pid))
 
 
-def race(machine: EngineMachine, pair: str, run: str) -> Model:
+def race(machine: History, pair: str, run: str) -> Model:
     """Run the pair on two sessions (first parked at its hook point); return the model of the
     serial order that explains what the server answered and shows."""
     kinds = PAIRS[pair]
@@ -130,8 +128,6 @@ def race(machine: EngineMachine, pair: str, run: str) -> Model:
                 machine.learn_ids(seen)
                 return model
             tried.append(f"order {order}: model {out[1].text()}, {out[2].text()}; {diff[:4]}")
-    from evidence_lib.scenarios.model.machine import ModelMismatch
-
     raise ModelMismatch(
         f"race {pair}: [1] {first.text} -> {answers[1][0].text()}; [2] {second.text} -> {answers[2][0].text()}; "
         "no serial order of the model explains it: " + " || ".join(tried)

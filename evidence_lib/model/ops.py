@@ -19,8 +19,8 @@ from psycopg.types.json import Jsonb
 
 from evidence_lib.engine.flows import AnyFlow, Flow, FlowMismatch, compile_flow, route, with_step_queues
 from evidence_lib.harness.ab_flow import identity
+from evidence_lib.model.reference import FlowDef, Model, Outcome, Window, _canon
 from evidence_lib.pg.db import Conn
-from evidence_lib.scenarios.model.reference import FlowDef, Model, Outcome, Window, _canon
 
 TIMEOUT = 30  # every model flow's timeout (s): a lease is 32 s of the engine's clock
 SHAPES = ("ab", "ab_attempts_2", "abc")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import hypothesis.strategies as st
@@ -20,34 +19,18 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from psycopg.types.json import Jsonb
 
 from evidence_lib.harness.faults import LostAckProxy
+from evidence_lib.model import ops
+from evidence_lib.model.bench import Bench, ModelMismatch
+from evidence_lib.model.concurrent import PAIRS, race
+from evidence_lib.model.observe import differences, snapshot
+from evidence_lib.model.reference import Model, Outcome, Window
 from evidence_lib.pg import db
-from evidence_lib.pg.db import Conn, Server, connect
-from evidence_lib.scenarios.model import ops
-from evidence_lib.scenarios.model.concurrent import PAIRS, race
-from evidence_lib.scenarios.model.observe import differences, snapshot
-from evidence_lib.scenarios.model.reference import Model, Outcome, Window
+from evidence_lib.pg.db import Conn, connect
 
 SLUGS = ("m1", "M1", "m2")
 RESULTS: tuple[Any, ...] = (0, False, "", [], {}, None, {"ok": 1}, "done")
 BIG = {"pad": "x" * 70_000}
 HUGE = {"pad": "x" * 270_000}
-
-
-class ModelMismatch(AssertionError):
-    """The engine answered or left its tables differently from the reference model."""
-
-
-@dataclass
-class Bench:
-    """Where histories run, and what they covered (shared by every history of one check)."""
-
-    server: Server
-    template: str
-    histories: int = 0
-    steps: int = 0
-    coverage: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (state, operation, answer)
-    last_transcript: list[str] = field(default_factory=list)
-    races: int = 0
 
 
 class EngineMachine(RuleBasedStateMachine):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from evidence_lib.scenarios.controls.catalogue import CONSISTENCY, Edit, Mutant, Target
+from evidence_lib.mutation.controls import CONSISTENCY, Control, Edit, Target
 
-KNOWN_DEFECTS: tuple[Mutant, ...] = (
+KNOWN_DEFECTS: tuple[Control, ...] = (
     # -- the known defects of the engine this is modelled on (CONTRACT section 2) --------------
-    Mutant(
+    Control(
         "start_tasks_grants_from_a_pre_update_snapshot",
         "CONTRACT 2: claims return only rows the guarded UPDATE ... RETURNING changed (known defect)",
         (Target("admission", "v1_one_winner", ("two_sessions_claiming_one_v1_message_get_one_winner",)),),
@@ -59,7 +59,7 @@ KNOWN_DEFECTS: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "fail_task_retry_delay_in_an_unreferenced_cte",
         "CONTRACT 2: every side-effect statement is consumed; a CTE nothing references never runs (known defect)",
         (Target("admission", "v1_retry_delay", ("v1_retry_is_delayed_by_base_delay",)),),
@@ -77,19 +77,19 @@ KNOWN_DEFECTS: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "worker_stores_falsy_results_as_null",
         'CONTRACT 2: results are stored exactly as returned (0, false, "", [], {}) (known defect)',
         (Target("ab_proof", "falsy_results", ("falsy_results_are_settled_exactly",)),),
         seam="falsy_results_as_null",
     ),
-    Mutant(
+    Control(
         "worker_treats_a_transport_error_as_a_handler_failure",
         "CONTRACT 2: a transport error while reporting success is not a handler failure (known defect)",
         (Target("ab_proof", "proof", ("same_settlement_replayed_handler_ran_once",)),),
         seam="transport_error_as_handler_failure",
     ),
-    Mutant(
+    Control(
         "failed_run_leaves_its_siblings",
         "CONTRACT 2: a failed run terminalizes its unfinished tasks (known defect)",
         (Target("admission", "v1_siblings", ("a_failed_v1_run_terminalizes_its_siblings", CONSISTENCY)),),
@@ -108,7 +108,7 @@ KNOWN_DEFECTS: tuple[Mutant, ...] = (
             ),
         ),
     ),
-    Mutant(
+    Control(
         "worker_settles_without_waiting_between_attempts",
         "issue 20: a settlement's tries are spread over the lease's time left and a connect that never "
         "reached the server is not a submitted attempt (three back-to-back tries gave up during a restart)",
@@ -116,7 +116,7 @@ KNOWN_DEFECTS: tuple[Mutant, ...] = (
         seam="settle_without_waiting",
         needs_owned_server=True,
     ),
-    Mutant(
+    Control(
         "worker_pool_waits_past_the_horizon",
         "issue 20: reconnects back off with a cap of seconds and a settlement waits for a connection "
         "at most its lease's time left (a pool's defaults: 1 s doubling, a 30 s wait)",

@@ -11,9 +11,10 @@ import hypothesis
 from hypothesis import HealthCheck, Phase
 from hypothesis.stateful import get_state_machine_test
 
+from evidence_lib.model.bench import Bench
+from evidence_lib.model.machine import EngineMachine
+from evidence_lib.model.tour import tour
 from evidence_lib.pg.db import Server
-from evidence_lib.scenarios.model.machine import Bench, EngineMachine
-from evidence_lib.scenarios.model.tour import tour
 
 
 @dataclass

@@ -1,0 +1,57 @@
+"""What every history shares: where it runs (`Bench`), what a history looks like to the code
+that drives it (`History`: the machine of `machine.py` is one), and the failure it reports."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from evidence_lib.model.reference import Model
+from evidence_lib.pg.db import Conn, Server
+
+
+class ModelMismatch(AssertionError):
+    """The engine answered or left its tables differently from the reference model."""
+
+
+@dataclass
+class Bench:
+    """Where histories run, and what they covered (shared by every history of one check).
+
+    With `conn` set, every history runs inside that session's open transaction, each in a
+    savepoint that is rolled back at its end (the single-session oracle of the mutation sweep:
+    no database is cloned); otherwise each history gets a fresh clone of `template`."""
+
+    server: Server
+    template: str
+    histories: int = 0
+    steps: int = 0
+    coverage: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (state, operation, answer)
+    last_transcript: list[str] = field(default_factory=list)
+    races: int = 0
+    conn: Conn | None = None
+
+    @property
+    def transactional(self) -> bool:
+        return self.conn is not None
+
+
+class History(Protocol):
+    """A history in progress, as the two-session races drive it."""
+
+    model: Model
+    conn: Conn
+    url: str
+    offset: float
+    msg_ids: dict[tuple[str, str], int]
+    transcript: list[str]
+
+    @property
+    def bench(self) -> Bench: ...
+
+    def now(self) -> float: ...
+
+    def state_of(self, run: str | None) -> str: ...
+
+    def learn_ids(self, seen: dict[str, Any]) -> None: ...
