@@ -4,7 +4,8 @@ A notebook runs in its own kernel process, so a scenario cannot print to the run
 The runner names a file in `EVIDENCE_PROGRESS`; `report()` appends one JSON line per event
 (phase, runs done, total) and the runner's watcher prints them, with a heartbeat when a scenario
 says nothing for a while (`bundle.progress`). With the variable unset (a notebook opened by
-hand, a test) `report()` only logs at DEBUG level: nothing is printed into notebooks.
+hand, a test) `report()` only logs at DEBUG level: nothing is printed into notebooks. With it set
+to `-` (a command run in a terminal, such as `make mutation`) the lines go to standard error.
 
 Any layer may call it: it is a root module with no dependency inside evidence_lib.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 
@@ -40,6 +42,10 @@ def report(phase: str, done: int | None = None, total: int | None = None, *, uni
         if counting and phase == _last_phase and now - _last_written < MIN_INTERVAL:
             return
         _last_written, _last_phase = now, phase
+        if path == "-":
+            count = f": {done}/{total} {unit}" if done is not None and total else f": {done} {unit}" if done else ""
+            print(f"{time.strftime('%H:%M:%S')} {phase}{count}", file=sys.stderr, flush=True)
+            return
         line = json.dumps({"at": time.time(), "phase": phase, "done": done, "total": total, "unit": unit})
         try:
             with open(path, "a", encoding="utf-8") as sink:

@@ -29,6 +29,7 @@ ALLOWED: dict[str, set[str]] = {
 # and the tests of scenarios.
 SCENARIO_IMPORTERS = {
     "evidence_lib/bundle/cli.py",
+    "evidence_lib/bundle/mutation_cli.py",
     "examples/moderation/validation.py",
     "tests/test_races.py",
     "tests/test_security.py",

@@ -71,6 +71,11 @@ def test_smoke_run_of_every_notebook(server: Server, tmp_path: Path) -> None:
         "examples": 10,
         "steps": 30,
         "mutant_examples": 2,
+        "sample": 6,
+        "jobs": 1,
+        "oracle_examples": 1,
+        "parts_oracle": False,
+        "history": False,
     }
     code = run_evidence("", small, database_url=server.maintenance_url, out=bundle)
     assert code == 0
@@ -78,7 +83,10 @@ def test_smoke_run_of_every_notebook(server: Server, tmp_path: Path) -> None:
     for stem in SCENARIOS.values():
         sidecar = json.loads((bundle / "sidecars" / f"{stem}.json").read_text())
         assert sidecar["parameters"].get("queue_modes", "step") == "step", stem
-    assert "negative controls: 3 of 3 killed" in (bundle / "index.html").read_text()
+    index = (bundle / "index.html").read_text()
+    assert "negative controls: 3 of 3 killed" in index and "mutation score: " in index
+    mutation = json.loads((bundle / "mutation.json").read_text())
+    assert mutation["config"]["mode"].startswith("sample of 6") and len(mutation["files"]) >= 1
     assert json.loads((bundle / "manifest.json").read_text())["parameters"]["01_ab_proof"]["queue_modes"] == "step"
 
 

@@ -250,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("new", help="the later bundle folder")
     p.add_argument("--out", default="", help="folder for compare.html and compare.md (default: next to NEW)")
     p.set_defaults(func=cmd_compare)
+    from evidence_lib.bundle.mutation_cli import add_parsers
+
+    add_parsers(sub)
     return parser
 
 

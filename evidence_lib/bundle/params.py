@@ -22,6 +22,7 @@ SCENARIOS: dict[str, str] = {
     "security": "09_security",
     "negative_controls": "10_negative_controls",
     "model_check": "11_model_check",
+    "mutation": "12_mutation",
 }
 # `make matrix`: the correctness scenarios (performance compares machines' timings, not servers)
 MATRIX_SCENARIOS = [name for name in SCENARIOS if name != "performance"]

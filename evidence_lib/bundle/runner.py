@@ -38,6 +38,7 @@ from evidence_lib.bundle.progress import Clock, Say, Watcher
 from evidence_lib.bundle.result import DuplicateGate, Gate
 from evidence_lib.bundle.runs import NotebookRun
 from evidence_lib.bundle.writer import finish_bundle
+from evidence_lib.mutation.coverage import COVERAGE_ENV
 from evidence_lib.pg import db, migrate, schema_sync
 from evidence_lib.pg.control import ENV as CONTROL_ENV
 
@@ -75,8 +76,10 @@ def run_evidence(
     manifest: dict[str, Any] = {}
     interrupted = False
     runtime = _runtime_dir()
-    saved = {k: os.environ.get(k) for k in (RUNTIME_ENV, progress.ENV, CONTROL_ENV, db.ORIGIN_ENV, db.PG_ENV)}
+    saved = {k: os.environ.get(k) for k in (RUNTIME_ENV, progress.ENV, CONTROL_ENV, db.ORIGIN_ENV, db.PG_ENV,
+                                            COVERAGE_ENV)}  # fmt: skip
     os.environ[RUNTIME_ENV] = str(runtime)
+    os.environ.pop(COVERAGE_ENV, None)
     try:
         plan_versions: list[str | None] = list(versions) if versions else [None]
         for pg in plan_versions:
@@ -195,6 +198,9 @@ def _on_server(
     where = bundle / folder if folder else bundle
     for sub in ("html", "tables", "charts", "logs", "sidecars"):
         (where / sub).mkdir(parents=True, exist_ok=True)
+    if "mutation" in plan.selected and plan.routed[plan.selected["mutation"]].get("parts_oracle", True):
+        # the scenarios record what each part executes, for the mutation sweep's parts oracle
+        os.environ[COVERAGE_ENV] = str((where / "coverage").resolve())
     for number, stem in enumerate(plan.selected.values(), start=1):
         run = NotebookRun(scenario=stem, notebook=f"{folder}{stem}.ipynb", pg=major, folder=folder)
         run.parameters = facts.parameters_used(

@@ -15,6 +15,11 @@ class ModelMismatch(AssertionError):
     """The engine answered or left its tables differently from the reference model."""
 
 
+class OutOfTime(BaseException):
+    """The history ran past its deadline, or a statement past its statement_timeout: the verdict is
+    Timeout, not a mismatch. A BaseException: the property-based runner must not retry it."""
+
+
 @dataclass
 class Bench:
     """Where histories run, and what they covered (shared by every history of one check).
@@ -31,6 +36,7 @@ class Bench:
     last_transcript: list[str] = field(default_factory=list)
     races: int = 0
     conn: Conn | None = None
+    deadline: float | None = None  # time.monotonic() past which a history stops with OutOfTime
 
     @property
     def transactional(self) -> bool:

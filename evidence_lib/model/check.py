@@ -11,10 +11,10 @@ import hypothesis
 from hypothesis import HealthCheck, Phase
 from hypothesis.stateful import get_state_machine_test
 
-from evidence_lib.model.bench import Bench
+from evidence_lib.model.bench import Bench, OutOfTime
 from evidence_lib.model.machine import EngineMachine
 from evidence_lib.model.tour import tour
-from evidence_lib.pg.db import Server
+from evidence_lib.pg.db import Conn, Server
 
 
 @dataclass
@@ -36,10 +36,11 @@ class CheckResult:
     counterexample: Counterexample | None = None  # from the random histories
     tour: Counterexample | None = None  # from the scripted tour (seed -1)
     settings: dict[str, Any] = field(default_factory=dict)
+    out_of_time: str = ""  # the history ran past its deadline or a statement past statement_timeout
 
     @property
     def passed(self) -> bool:
-        return self.counterexample is None and self.tour is None
+        return self.counterexample is None and self.tour is None and not self.out_of_time
 
 
 def run_tour(machine: type[EngineMachine], modes: tuple[str, ...] = ("flow", "step")) -> Counterexample | None:
@@ -64,19 +65,38 @@ SHRINK_SECONDS = 30  # a failure is shrunk for at most this long: a broken engin
 
 
 def check(
-    server: Server, template: str, *, examples: int, steps: int, seed: int, shrink: bool = True, tour_first: bool = True
-) -> CheckResult:
+    server: Server, template: str, *, examples: int, steps: int, seed: int, shrink: bool = True,
+    tour_first: bool = True, conn: Conn | None = None, deadline: float | None = None,
+    modes: tuple[str, ...] = ("flow", "step"),
+) -> CheckResult:  # fmt: skip
     """`examples` random histories of up to `steps` operations each (plus races), from `seed`;
-    a failure is shrunk for at most SHRINK_SECONDS (Hypothesis's own shrink time limit, set here)."""
+    a failure is shrunk for at most SHRINK_SECONDS (Hypothesis's own shrink time limit, set here).
+
+    With `conn` (a session inside an open transaction), every history runs in that transaction,
+    each in a savepoint (no lost acknowledgements, no two-session races: one session); past
+    `deadline` (time.monotonic()) the check stops and says so in `out_of_time`."""
+    try:
+        return _check(server, template, examples=examples, steps=steps, seed=seed, shrink=shrink,
+                      tour_first=tour_first, conn=conn, deadline=deadline, modes=modes)  # fmt: skip
+    except OutOfTime as exc:
+        result = CheckResult(Bench(server, template, conn=conn), out_of_time=str(exc))
+        result.settings = {"examples": examples, "steps": steps, "seed": seed, "shrink": shrink}
+        return result
+
+
+def _check(
+    server: Server, template: str, *, examples: int, steps: int, seed: int, shrink: bool, tour_first: bool,
+    conn: Conn | None, deadline: float | None, modes: tuple[str, ...],
+) -> CheckResult:  # fmt: skip
     import time
 
     from hypothesis.internal.conjecture import engine
 
-    bench = Bench(server, template)
+    bench = Bench(server, template, conn=conn, deadline=deadline)
     machine = machine_for(bench)
     phases = (Phase.explicit, Phase.generate, Phase.shrink) if shrink else (Phase.explicit, Phase.generate)
     settings = hypothesis.settings(
-        max_examples=examples,
+        max_examples=max(examples, 1),
         stateful_step_count=steps,
         deadline=None,
         database=None,  # replay is by seed, not by a local example database
@@ -87,8 +107,8 @@ def check(
     )
     started = time.perf_counter()
     result = CheckResult(bench, settings={"examples": examples, "steps": steps, "seed": seed, "shrink": shrink})
-    result.tour = run_tour(machine) if tour_first else None
-    if result.tour is not None:  # already red: no random history is needed to say so
+    result.tour = run_tour(machine, modes) if tour_first else None
+    if result.tour is not None or examples == 0:  # already red, or no random history asked for
         result.seconds = time.perf_counter() - started
         return result
     # at least half the steps: short histories rarely reach B, takeovers or attention

@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 
 from evidence_lib.harness.faults import LostAckProxy
 from evidence_lib.model import ops
-from evidence_lib.model.bench import Bench, ModelMismatch
+from evidence_lib.model.bench import Bench, ModelMismatch, OutOfTime
 from evidence_lib.model.concurrent import PAIRS, race
 from evidence_lib.model.observe import differences, snapshot
 from evidence_lib.model.reference import Model, Outcome, Window
@@ -38,9 +38,14 @@ class EngineMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.name = db.scratch_name("model")
-        self.url = db.create_database(self.bench.server, self.name, template=self.bench.template)
-        self.conn: Conn = connect(self.url, application_name="model")
+        if self.bench.conn is not None:  # one session's open transaction: this history is a savepoint
+            self.name, self.url = "", ""
+            self.conn: Conn = self.bench.conn
+            self.conn.execute("savepoint history")
+        else:
+            self.name = db.scratch_name("model")
+            self.url = db.create_database(self.bench.server, self.name, template=self.bench.template)
+            self.conn = connect(self.url, application_name="model")
         self.model = Model()
         self.offset = 0.0
         self.transcript: list[str] = []
@@ -54,6 +59,10 @@ class EngineMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.proxy is not None:
             self.proxy.close()
+        if self.bench.transactional:
+            self.conn.execute("rollback to savepoint history")
+            self.conn.execute("release savepoint history")
+            return
         self.conn.close()
         db.drop_database(self.bench.server, self.name)
 
@@ -73,6 +82,8 @@ class EngineMachine(RuleBasedStateMachine):
     def check(self, op: ops.Op) -> Outcome:
         """Run `op` on the engine and on the model; the answers and the whole state must agree
         (with two model answers when the server's clock made the operation indeterminate)."""
+        if self.bench.deadline is not None and time.monotonic() > self.bench.deadline:
+            raise OutOfTime(f"the history ran past its deadline before {op.text}")
         before = self.state_of(op.run)
         lo = self.now()
         real, ids = op.real(self.conn)
@@ -242,7 +253,7 @@ class EngineMachine(RuleBasedStateMachine):
         return list(c for c in live if model.runs[model.claims[c].run].tasks[model.claims[c].step].queue
                       not in model.dropped)  # fmt: skip
 
-    @precondition(lambda self: bool(self._lossy()))
+    @precondition(lambda self: bool(self._lossy()) and not self.bench.transactional)
     @rule(data=st.data(), outcome=st.sampled_from(["completed", "failed"]))
     def settle_with_a_lost_acknowledgement(self, data: st.DataObject, outcome: str) -> None:
         """The reply to COMMIT is lost by a real proxy: the client cannot know whether the
@@ -324,7 +335,7 @@ class EngineMachine(RuleBasedStateMachine):
         queues = sorted({q for f in self.model.flows.values() for q in f.queues.values()})
         self.check(ops.read(data.draw(st.sampled_from(queues), label="queue")))
 
-    @precondition(lambda self: bool(self.model.runs))
+    @precondition(lambda self: bool(self.model.runs) and not self.bench.transactional)
     @rule(data=st.data(), pair=st.sampled_from(sorted(PAIRS)))
     def two_sessions_at_once(self, data: st.DataObject, pair: str) -> None:
         """Two operations from two real sessions, the first parked at its hook point while the
@@ -335,5 +346,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def nothing_is_left_open(self) -> None:
-        if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        status = psycopg.pq.TransactionStatus
+        expected = status.INTRANS if self.bench.transactional else status.IDLE
+        if self.conn.info.transaction_status != expected:
             raise ModelMismatch("the checker's session was left inside a transaction")

@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from evidence_lib.engine.flows import AnyFlow, Flow, FlowMismatch, compile_flow, route, with_step_queues
 from evidence_lib.harness.ab_flow import identity
+from evidence_lib.model.bench import OutOfTime
 from evidence_lib.model.reference import FlowDef, Model, Outcome, Window, _canon
 from evidence_lib.pg.db import Conn
 
@@ -52,13 +53,23 @@ class Op:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+QUERY_CANCELED = "57014"  # statement_timeout: the oracle's liveness guard, a Timeout verdict
+
+
 def call(conn: Conn, fn: Callable[[], tuple[Outcome, Any]]) -> tuple[Outcome, Any]:
-    """Run one engine call; an error becomes the model's error outcome (its SQLSTATE)."""
+    """Run one engine call; an error becomes the model's error outcome (its SQLSTATE). Inside
+    an open transaction (the single-session oracle) the call is a savepoint: a refusal undoes
+    only the call, as a rolled-back transaction would."""
     try:
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+            with conn.transaction():
+                return fn()
         return fn()
     except FlowMismatch:
         return Outcome.error("mismatch"), None
     except psycopg.Error as exc:
+        if exc.sqlstate == QUERY_CANCELED:
+            raise OutOfTime(f"a statement ran past statement_timeout: {str(exc).splitlines()[0]}") from exc
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
             conn.rollback()
         return Outcome.error(exc.sqlstate or type(exc).__name__), None

@@ -9,15 +9,20 @@ databases; the negative-controls scenario runs the same parts, not copies, on mu
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from psycopg import sql
 
 from evidence_lib import progress
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine.flows import QueueMode
+from evidence_lib.mutation.coverage import COVERAGE_ENV, Covered, python_calls
 from evidence_lib.pg import db, migrate
 from evidence_lib.pg.db import Server, connect
 
@@ -68,9 +73,24 @@ def run_parts(
     reported to the runner's terminal as it starts)."""
     plan: list[tuple[PartSpec, QueueMode | None]] = [(spec, None) for spec in parts if not spec.per_mode]
     plan += [(spec, mode) for mode in queue_modes for spec in parts if spec.per_mode]
+    sink = os.environ.get(COVERAGE_ENV, "")
     for done, (spec, mode) in enumerate(plan):
         progress.report(f"{spec.name}" + (f" ({mode})" if mode else ""), done, len(plan), unit="parts")
-        run_part(result, spec, databases, mode)
+        if not sink:
+            run_part(result, spec, databases, mode)
+            continue
+        databases.coverage = True
+        databases.executed.clear()
+        started = time.perf_counter()
+        with databases.collecting(), python_calls() as python:
+            run_part(result, spec, databases, mode)
+        scenario = result.scenario.split("_", 1)[-1]  # "01_ab_proof" -> "ab_proof"
+        label = f"{scenario}/{spec.name}" + (f" [{mode}]" if mode else "")
+        covered = Covered(label, round(time.perf_counter() - started, 3), dict(databases.executed), sorted(python))
+        path = Path(sink) / f"{scenario}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as out:
+            out.write(json.dumps(asdict(covered)) + "\n")
 
 
 @contextlib.contextmanager

@@ -69,7 +69,7 @@ def run_target(server: Server, template: str, target: Target, deadline: float, t
     databases = clones(server, template, prefix=prefix, coverage=coverage)
     started = time.perf_counter()
     def go() -> None:
-        with databases.collecting():
+        with sub.capture_logs(), databases.collecting():  # a part may read its own log lines
             run_part(sub, spec, databases, target.mode)
 
     worker = threading.Thread(target=go, name=f"target-{tag}", daemon=True)

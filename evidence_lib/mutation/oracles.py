@@ -1,0 +1,156 @@
+"""The oracle chain that judges one mutant, cheapest first, stopping at the first detection:
+
+1. the model oracle: one session on one database of this job; the mutant is created and exercised
+   inside one transaction that rolls back (PostgreSQL's DDL is transactional: no database is
+   cloned): the scripted tour of every operation in both queue modes, then a few seeded random
+   histories, each answer and the whole state compared with the reference model;
+2. the parts oracle: the scenario parts that execute what the mutant changes (coverage), fastest
+   first, each on clones of a template that has the mutant applied, stopping at the first red
+   gate.
+
+Deadlines follow PIT's rule: the candidate's own time for the same work x factor + constant; a
+mutant that runs into one is a Timeout (detected, and listed as a liveness guard to tighten).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from evidence_lib.model.check import CheckResult, check
+from evidence_lib.mutation.apply import MutantDoesNotCompile, apply_sql, swapped
+from evidence_lib.mutation.controls import Target
+from evidence_lib.mutation.coverage import CoverageMap, Covered
+from evidence_lib.mutation.judging import TargetRunner
+from evidence_lib.mutation.mutant import Mutant, Status
+from evidence_lib.pg import db
+from evidence_lib.pg.db import Conn, Server, connect
+
+SEED = 20261204
+TIMEOUT_FACTOR = 1.5  # PIT: timeoutFactor
+TIMEOUT_CONSTANT = 3.0  # PIT: timeoutConst (seconds)
+STATEMENT_TIMEOUT_MS = 2000  # no statement of the model's histories takes a tenth of this
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How one mutant ended: its status, what detected it (or why not), and the time it took."""
+
+    status: Status
+    by: str = ""  # "model: the tour", "model: a random history", "part ab_proof/proof [flow]", ...
+    detail: str = ""
+    seconds: float = 0.0
+    parts_run: int = 0
+
+
+def deadline_for(seconds: float, factor: float = TIMEOUT_FACTOR, constant: float = TIMEOUT_CONSTANT) -> float:
+    return seconds * factor + constant
+
+
+class ModelOracle:
+    """The fast oracle, on a database of its own cloned once from the candidate template."""
+
+    def __init__(self, server: Server, candidate: str, *, examples: int = 2, steps: int = 30, seed: int = SEED,
+                 tag: str = "0") -> None:  # fmt: skip
+        self.server, self.candidate = server, candidate
+        self.examples, self.steps, self.seed = examples, steps, seed
+        self.name = db.scratch_name(f"mo{tag}")
+        self.url = db.create_database(server, self.name, template=candidate)
+        self.conn: Conn = connect(self.url, application_name="mutation_model_oracle")
+        self.baseline = 0.0
+
+    def close(self) -> None:
+        self.conn.close()
+        db.drop_database(self.server, self.name)
+
+    def _run(self, deadline: float | None) -> CheckResult:
+        return check(self.server, self.candidate, examples=self.examples, steps=self.steps, seed=self.seed,
+                     shrink=False, conn=self.conn, deadline=deadline)  # fmt: skip
+
+    def calibrate(self) -> CheckResult:
+        """Run the candidate through the oracle (it must agree) and time it for the deadline."""
+        started = time.perf_counter()
+        with self._transaction():
+            result = self._run(None)
+        self.baseline = time.perf_counter() - started
+        return result
+
+    def calls(self) -> tuple[dict[str, int], float]:
+        """The engine functions the oracle's histories execute on the candidate (and its time)."""
+        started = time.perf_counter()
+        self.conn.execute("set track_functions = 'all'")
+        with self._transaction():
+            self._run(None)
+            rows = self.conn.execute(
+                "select p.proname, pg_catalog.pg_stat_get_xact_function_calls(p.oid) from pg_catalog.pg_proc as p"
+                " join pg_catalog.pg_namespace as n on n.oid = p.pronamespace where n.nspname = 'engine'"
+            ).fetchall()
+        return {str(name): int(n or 0) for name, n in rows if n}, time.perf_counter() - started
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self.conn.execute("begin")
+        try:
+            self.conn.execute(f"set local statement_timeout = {STATEMENT_TIMEOUT_MS}")
+            yield
+        finally:
+            self.conn.execute("rollback")
+
+    def judge(self, mutant: Mutant) -> Verdict:
+        started = time.perf_counter()
+        with self._transaction():
+            try:
+                apply_sql(self.conn, mutant)
+            except MutantDoesNotCompile as exc:
+                return Verdict("CompileError", "the server", str(exc), time.perf_counter() - started)
+            result = self._run(time.monotonic() + deadline_for(self.baseline))
+        seconds = time.perf_counter() - started
+        if result.out_of_time:
+            return Verdict("Timeout", "model", result.out_of_time, seconds)
+        found = result.tour or result.counterexample
+        if found is not None:
+            by = "model: the tour" if result.tour else f"model: a random history (seed {self.seed})"
+            step = found.transcript[-1] if found.transcript else ""
+            return Verdict("Killed", by, f"{step} :: {found.error}"[:600], seconds)
+        return Verdict("Survived", "model", "every history agreed with the model", seconds)
+
+
+def _target(covered: Covered) -> Target:
+    scenario, rest = covered.label.split("/", 1)
+    part, _, mode = rest.partition(" [")
+    return Target(scenario, part, (), mode.rstrip("]") or None)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def mutant_template(server: Server, candidate: str, mutant: Mutant, tag: str) -> Iterator[str]:
+    """A clone of the candidate with the SQL mutant applied; yields its name."""
+    with db.scratch_database(server, template=candidate, prefix=f"mt{tag}") as url:
+        with connect(url, application_name="mutant") as conn:
+            apply_sql(conn, mutant)
+        yield db.database_name(url)
+
+
+def judge_with_parts(server: Server, candidate: str, mutant: Mutant, coverage: CoverageMap, runner: TargetRunner,
+                     tag: str) -> Verdict:  # fmt: skip
+    """The covering parts, fastest first, stopping at the first red gate."""
+    started = time.perf_counter()
+    parts = coverage.parts_for(mutant)
+    if not parts:
+        return Verdict("NoCoverage", "", "no scenario part executes what it changes", 0.0)
+    try:
+        with mutant_template(server, candidate, mutant, tag) as template, swapped(mutant):
+            for i, covered in enumerate(parts):
+                run = runner(server, template, _target(covered), deadline_for(covered.seconds), f"{tag}p{i}")
+                if run.deadline_hit:
+                    return Verdict("Timeout", f"part {covered.label}",
+                                   f"ran past {deadline_for(covered.seconds):.0f} s", time.perf_counter() - started,
+                                   i + 1)  # fmt: skip
+                if run.red:
+                    return Verdict("Killed", f"part {covered.label}", ", ".join(run.red[:4]),
+                                   time.perf_counter() - started, i + 1)  # fmt: skip
+    except MutantDoesNotCompile as exc:
+        return Verdict("CompileError", "the server", str(exc), time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    return Verdict("Survived", "", f"{len(parts)} covering parts stayed green", seconds, len(parts))
