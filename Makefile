@@ -15,12 +15,17 @@ PG ?=
 VERSIONS ?=
 OLD ?=
 NEW ?=
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+SINCE ?=
+SHARD ?=
+OBJECTS ?=
+SHARDS ?=
 # PG=15: run on that PostgreSQL major's installed server binaries (Debian's postgresql-15)
 ifneq ($(strip $(PG)),)
 export EVIDENCE_PG := $(strip $(PG))
 endif
 
-.PHONY: help setup test lint check-schema pytest pgtap evidence matrix compare races races-accept example bench lab clean
+.PHONY: help setup test lint check-schema pytest pgtap evidence matrix compare races races-accept example bench mutation merge lab clean
 
 help: ## list the targets
 	@echo "Dirty Runs evidence: make <target>"
@@ -76,6 +81,13 @@ example: $(STAMP) ## run the moderation example end to end (plain flow, then pri
 
 bench: $(STAMP) ## benchmark: raw PGMQ vs the engine on one server, one run
 	$(BIN)/python -m evidence_lib bench
+
+mutation: $(STAMP) ## the full mutation sweep into outputs/mutation-*/ (JOBS=2 SINCE=origin/main SHARD=1/4 OBJECTS=v2_claim)
+	$(BIN)/python -m evidence_lib mutation --jobs $(JOBS) $(if $(SINCE),--since $(SINCE)) $(if $(SHARD),--shard $(SHARD)) $(if $(OBJECTS),--objects $(OBJECTS))
+
+merge: $(STAMP) ## merge mutation shards: make merge SHARDS="outputs/m1 outputs/m2" OUT=outputs/merged
+	@test -n "$(SHARDS)" -a -n "$(OUT)" || { echo "usage: make merge SHARDS=\"<shard folders>\" OUT=<folder>"; exit 2; }
+	$(BIN)/python -m evidence_lib merge $(SHARDS) --out $(OUT)
 
 lab: $(STAMP) ## open the notebooks in JupyterLab (installs it on first use)
 	$(BIN)/python -m pip install --quiet -e '.[dev,lab]'

@@ -12,31 +12,41 @@ from typing import Any
 
 from psycopg import sql
 
-from evidence_lib.model.reference import _canon
+from evidence_lib.model.state import _canon
 from evidence_lib.pg.db import Conn
 
 QUERIES = {
     "flows": "select f.flow_slug, f.queue_mode, s.step_slug, s.queue_name from engine.flows f "
     "join engine.steps s using (flow_slug) order by 1, 3",
-    "runs": "select run_id::text, flow_slug, status, output from engine.runs where protocol = 'v2'",
-    "steps": "select run_id::text, step_slug, status from engine.step_states",
+    "options": "select f.flow_slug, f.max_attempts, f.base_delay, f.timeout, s.step_slug, s.max_attempts, "
+    "s.base_delay, s.timeout, s.start_delay, coalesce((select array_agg(d.dep_slug order by d.dep_slug) "
+    "from engine.deps d where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug), '{}') "
+    "from engine.flows f left join engine.steps s using (flow_slug) order by f.flow_slug, s.step_index",
+    "runs": "select run_id::text, flow_slug, status, output, protocol, remaining_steps from engine.runs",
+    "steps": "select run_id::text, step_slug, status, remaining_deps from engine.step_states",
     "tasks": "select run_id::text, step_slug, status, queue_name, message_id, attempts_count, "
-    "infrastructure_losses, output from engine.step_tasks",
-    "claims": "select claim_id::text, run_id::text, step_slug, state, attempt, replaced_by::text "
-    "from engine.task_claims",
+    "infrastructure_losses, output, error_message from engine.step_tasks",
+    "claims": "select claim_id::text, run_id::text, step_slug, state, attempt, replaced_by::text, timeout, "
+    "max_attempts, start_delay, extract(epoch from lease_expires_at)::float8 from engine.task_claims",
     "settlements": "select claim_id::text, outcome, result, requested_generation from engine.task_settlements",
     "work": "select run_id::text, requested_generation, processed_generation, health, consecutive_errors "
     "from engine.run_work",
+    "next_attempts": "select run_id::text, extract(epoch from next_attempt_at)::float8 from engine.run_work",
     "errors": "select run_id::text, count(*) from engine.engine_errors group by 1",
 }
 
 
-def _messages(conn: Conn, queue: str, table: str) -> dict[int, tuple[str, str]]:
-    query = sql.SQL("select msg_id, message from pgmq.{} ").format(sql.Identifier(f"{table}_{queue}"))
+def _messages(conn: Conn, queue: str, table: str, vts: dict[tuple[str, int], float] | None = None,
+              ) -> dict[int, tuple[str, str]]:  # fmt: skip
+    extra = sql.SQL(", extract(epoch from vt)::float8" if table == "q" else "")
+    query = sql.SQL("select msg_id, message{} from pgmq.{} ").format(extra, sql.Identifier(f"{table}_{queue}"))
     out = {}
-    for msg_id, body in conn.execute(query).fetchall():
+    for row in conn.execute(query).fetchall():
+        msg_id, body = row[0], row[1]
         body = body if isinstance(body, dict) else json.loads(body)
         out[int(msg_id)] = (str(body.get("run_id")), str(body.get("step_slug")))
+        if vts is not None:
+            vts[(queue, int(msg_id))] = float(row[2])
     return out
 
 
@@ -47,7 +57,8 @@ def snapshot(conn: Conn) -> dict[str, Any]:
     for slug, mode, step, queue in rows["flows"]:
         flows.setdefault(slug, (mode, []))[1].append((step, queue))
     queue_names = [r[0] for r in conn.execute("select queue_name from pgmq.meta order by 1").fetchall()]
-    live = {q: _messages(conn, q, "q") for q in queue_names}
+    vts: dict[tuple[str, int], float] = {}
+    live = {q: _messages(conn, q, "q", vts) for q in queue_names}
     archived = {q: _messages(conn, q, "a") for q in queue_names}
     queues = {
         q: dict(
@@ -64,30 +75,52 @@ def snapshot(conn: Conn) -> dict[str, Any]:
                 return state if found[msg_id] == (run, step) else "wrong"
         return "gone"
 
+    options: dict[str, Any] = {}
+    for slug, ma, bd, to, step, sma, sbd, sto, ssd, deps in rows["options"]:
+        steps_of = options.setdefault(slug, (ma, bd, to, []))[3]
+        if step is not None:
+            steps_of.append((step, sma, sbd, sto, ssd, tuple(deps)))
     return {
         "flows": {slug: (mode, tuple(sorted(steps))) for slug, (mode, steps) in flows.items()},
-        "runs": {r: (flow, status, _canon(output)) for r, flow, status, output in rows["runs"]},
-        "steps": {(r, s): status for r, s, status in rows["steps"]},
+        "options": {slug: (ma, bd, to, tuple(steps)) for slug, (ma, bd, to, steps) in options.items()},
+        "runs": {r: (flow, status, _canon(output), protocol, remaining)
+                 for r, flow, status, output, protocol, remaining in rows["runs"]},
+        "steps": {(r, s): (status, deps) for r, s, status, deps in rows["steps"]},
         "tasks": {
-            (r, s): (status, queue, message_of(r, s, queue, msg), attempts, losses, _canon(output))
-            for r, s, status, queue, msg, attempts, losses, output in rows["tasks"]
+            (r, s): (status, queue, message_of(r, s, queue, msg), attempts, losses, _canon(output), error)
+            for r, s, status, queue, msg, attempts, losses, output, error in rows["tasks"]
         },
-        "claims": {c: (r, s, state, attempt, replaced) for c, r, s, state, attempt, replaced in rows["claims"]},
+        "claims": {c: tuple(rest[:-1]) for c, *rest in rows["claims"]},
+        "vt": {(r, s): vts[(queue, int(msg))] for r, s, _, queue, msg, *_ in rows["tasks"]
+               if msg is not None and (queue, int(msg)) in vts and message_of(r, s, queue, msg) == "live"},
+        "leases": {c: float(lease) for c, *_, lease in rows["claims"]},
+        "next_attempts": {r: None if at is None else float(at) for r, at in rows["next_attempts"]},
         "settlements": {c: (o, _canon(result), g) for c, o, result, g in rows["settlements"]},
         "work": {r: (req, proc, health, errors) for r, req, proc, health, errors in rows["work"]},
         "errors": {r: int(n) for r, n in rows["errors"]},
         "queues": queues,
         # not compared (the model never predicts PGMQ's ids): what a worker reads from its queue
-        "message_ids": {(r, s): int(msg) for r, s, _, _, msg, _, _, _ in rows["tasks"] if msg is not None},
+        "message_ids": {(r, s): int(msg) for r, s, _, _, msg, *_ in rows["tasks"] if msg is not None},
     }
 
 
+INSTANTS = ("vt", "leases", "next_attempts")  # the model holds a window [earliest, latest]; the database one instant
+TOLERANCE = 0.05  # seconds: the server's clock and the client's are the same machine's
+
+
+def _agrees(table: str, want: Any, got: Any) -> bool:
+    if table in INSTANTS and want is not None and got is not None:
+        return bool(want[0] - TOLERANCE <= got <= want[1] + TOLERANCE)
+    return bool(want == got)
+
+
 def differences(expected: dict[str, Any], seen: dict[str, Any]) -> list[str]:
-    """Every row that differs, as `table key: model ... != database ...` lines."""
+    """Every row that differs, as `table key: model ... != database ...` lines (an instant
+    differs when it lies outside the model's window)."""
     out = []
     for table in expected:
         want, got = expected[table], seen.get(table, {})
         for key in sorted(set(want) | set(got), key=str):
-            if want.get(key) != got.get(key):
+            if not _agrees(table, want.get(key), got.get(key)):
                 out.append(f"{table} {key}: model {want.get(key, '(absent)')} != database {got.get(key, '(absent)')}")
     return out

@@ -17,10 +17,19 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from evidence_lib.engine.flows import AnyFlow, Flow, FlowMismatch, compile_flow, route, with_step_queues
+from evidence_lib.engine.flows import (
+    AnyFlow,
+    Flow,
+    FlowMismatch,
+    StepQueuedFlow,
+    compile_flow,
+    route,
+    with_step_queues,
+)
 from evidence_lib.harness.ab_flow import identity
 from evidence_lib.model.bench import OutOfTime
 from evidence_lib.model.reference import FlowDef, Model, Outcome, Window, _canon
+from evidence_lib.model.state import StepDef
 from evidence_lib.pg.db import Conn
 
 TIMEOUT = 30  # every model flow's timeout (s): a lease is 32 s of the engine's clock
@@ -36,8 +45,16 @@ def build_flow(slug: str, mode: str, shape: str) -> AnyFlow:
 
 
 def flow_def(slug: str, mode: str, shape: str) -> FlowDef:
-    flow = build_flow(slug, mode, shape)
-    return FlowDef(slug, mode, shape, {s: route(flow, s) for s in flow.step_slugs}, TIMEOUT)
+    return model_of(build_flow(slug, mode, shape), shape)
+
+
+def model_of(flow: AnyFlow, shape: str) -> FlowDef:
+    """A client-side flow definition as the model's FlowDef."""
+    base = flow.flow if isinstance(flow, StepQueuedFlow) else flow
+    defs = {s.slug: StepDef(s.slug, tuple(s.deps), s.max_attempts, s.base_delay, s.timeout, s.start_delay, i,
+                            route(flow, s.slug)) for i, s in enumerate(base.steps)}  # fmt: skip
+    return FlowDef(base.slug, flow.queue_mode, shape, {s: route(flow, s) for s in flow.step_slugs}, base.timeout,
+                   base.max_attempts, base.base_delay, defs)  # fmt: skip
 
 
 @dataclass
@@ -106,9 +123,9 @@ def start_run(slug: str, input: Any, sql_null: bool = False) -> Op:
 def claim(run: str, step: str, queue: str, ids: list[int | None], msg: int | None, variant: str) -> Op:
     def real(conn: Conn) -> tuple[Outcome, Any]:
         def go() -> tuple[Outcome, Any]:
-            rows = conn.execute("select claim_id::text from engine.v2_claim(%s, %s, %s, %s::bigint[])",
+            rows = conn.execute("select claim_id::text, input from engine.v2_claim(%s, %s, %s, %s::bigint[])",
                                 (run, step, queue, ids)).fetchall()  # fmt: skip
-            return (Outcome("value", "grant"), rows[0][0]) if rows else (Outcome("empty"), None)
+            return (Outcome("value", ("grant", _canon(rows[0][1]))), rows[0][0]) if rows else (Outcome("empty"), None)
 
         return call(conn, go)
 
@@ -120,10 +137,10 @@ def take_over(run: str, step: str, expected: str, queue: str, msg: int | None, v
     def real(conn: Conn) -> tuple[Outcome, Any]:
         def go() -> tuple[Outcome, Any]:
             rows = conn.execute(
-                "select claim_id::text from engine.v2_take_over(%s, %s, %s, %s, array[%s]::bigint[])",
+                "select claim_id::text, input from engine.v2_take_over(%s, %s, %s, %s, array[%s]::bigint[])",
                 (run, step, expected, queue, msg),
             ).fetchall()
-            return (Outcome("value", "grant"), rows[0][0]) if rows else (Outcome("empty"), None)
+            return (Outcome("value", ("grant", _canon(rows[0][1]))), rows[0][0]) if rows else (Outcome("empty"), None)
 
         return call(conn, go)
 
@@ -153,7 +170,7 @@ def settle(claim_id: str, outcome: str | None, result: Any, variant: str, run: s
         else json.dumps(result)
     )
     return Op("settle", f"settle claim {claim_id[:8]} {outcome} {shown} ({variant})", real,
-              lambda m, ids, now: m.settle(claim_id, outcome, result, _size(result), variant == "sql_null"),
+              lambda m, ids, now: m.settle(claim_id, outcome, result, _size(result), variant == "sql_null", now),
               run)  # fmt: skip
 
 
