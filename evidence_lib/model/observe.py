@@ -17,7 +17,7 @@ from evidence_lib.pg.db import Conn
 
 QUERIES = {
     "flows": "select f.flow_slug, f.queue_mode, s.step_slug, s.queue_name from engine.flows f "
-    "join engine.steps s using (flow_slug) order by 1, 3",
+    "left join engine.steps s using (flow_slug) order by 1, 3",
     "options": "select f.flow_slug, f.max_attempts, f.base_delay, f.timeout, s.step_slug, s.max_attempts, "
     "s.base_delay, s.timeout, s.start_delay, coalesce((select array_agg(d.dep_slug order by d.dep_slug) "
     "from engine.deps d where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug), '{}') "
@@ -36,18 +36,18 @@ QUERIES = {
 }
 
 
-def _messages(conn: Conn, queue: str, table: str, vts: dict[tuple[str, int], float] | None = None,
-              ) -> dict[int, tuple[str, str]]:  # fmt: skip
-    extra = sql.SQL(", extract(epoch from vt)::float8" if table == "q" else "")
-    query = sql.SQL("select msg_id, message{} from pgmq.{} ").format(extra, sql.Identifier(f"{table}_{queue}"))
-    out = {}
-    for row in conn.execute(query).fetchall():
-        msg_id, body = row[0], row[1]
-        body = body if isinstance(body, dict) else json.loads(body)
-        out[int(msg_id)] = (str(body.get("run_id")), str(body.get("step_slug")))
-        if vts is not None:
-            vts[(queue, int(msg_id))] = float(row[2])
-    return out
+def _all_messages(conn: Conn, queue_names: list[str]) -> list[tuple[str, str, int, Any, float | None]]:
+    """Every message of every queue in one round trip: (queue, "q" or "a", id, body, vt)."""
+    if not queue_names:
+        return []
+    parts = [
+        sql.SQL("select {}::text, {}::text, msg_id, message, {} from pgmq.{}").format(
+            sql.Literal(q), sql.Literal(table),
+            sql.SQL("extract(epoch from vt)::float8" if table == "q" else "null::float8"),
+            sql.Identifier(f"{table}_{q}"))
+        for q in queue_names for table in ("q", "a")
+    ]  # fmt: skip
+    return [tuple(r) for r in conn.execute(sql.SQL(" union all ").join(parts)).fetchall()]
 
 
 def snapshot(conn: Conn) -> dict[str, Any]:
@@ -55,11 +55,19 @@ def snapshot(conn: Conn) -> dict[str, Any]:
     rows = {name: conn.execute(query).fetchall() for name, query in QUERIES.items()}
     flows: dict[str, tuple[str, list[tuple[str, str]]]] = {}
     for slug, mode, step, queue in rows["flows"]:
-        flows.setdefault(slug, (mode, []))[1].append((step, queue))
+        steps_of = flows.setdefault(slug, (mode, []))[1]
+        if step is not None:
+            steps_of.append((step, queue))
     queue_names = [r[0] for r in conn.execute("select queue_name from pgmq.meta order by 1").fetchall()]
     vts: dict[tuple[str, int], float] = {}
-    live = {q: _messages(conn, q, "q", vts) for q in queue_names}
-    archived = {q: _messages(conn, q, "a") for q in queue_names}
+    live: dict[str, dict[int, tuple[str, str]]] = {q: {} for q in queue_names}
+    archived: dict[str, dict[int, tuple[str, str]]] = {q: {} for q in queue_names}
+    for queue, table, msg_id, body, vt in _all_messages(conn, queue_names):
+        body = body if isinstance(body, dict) else json.loads(body)
+        owner = (str(body.get("run_id")), str(body.get("step_slug")))
+        (live if table == "q" else archived)[queue][int(msg_id)] = owner
+        if vt is not None:
+            vts[(queue, int(msg_id))] = float(vt)
     queues = {
         q: dict(
             sorted({**{o: "archived" for o in archived[q].values()}, **{o: "live" for o in live[q].values()}}.items())

@@ -120,7 +120,7 @@ def start_run(slug: str, input: Any, sql_null: bool = False) -> Op:
               lambda m, run_id, now: m.start_run(slug, input, _size(input), run_id, now, sql_null))  # fmt: skip
 
 
-def claim(run: str, step: str, queue: str, ids: list[int | None], msg: int | None, variant: str) -> Op:
+def claim(run: str, step: str, queue: str, ids: list[Any], msg: int | None, variant: str) -> Op:
     def real(conn: Conn) -> tuple[Outcome, Any]:
         def go() -> tuple[Outcome, Any]:
             rows = conn.execute("select claim_id::text, input from engine.v2_claim(%s, %s, %s, %s::bigint[])",

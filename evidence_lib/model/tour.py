@@ -47,8 +47,9 @@ def _take_over(m: EngineMachine, claim: str) -> str | None:
     return new[0] if new else None
 
 
-def tour(m: EngineMachine, mode: str) -> None:
-    """Every operation of the model, in `mode`, on the machine's fresh database."""
+def tour(m: EngineMachine, mode: str, probes: bool = True) -> None:
+    """Every operation of the model, in `mode`, on the machine's fresh database; then (in flow
+    mode) the probes."""
     m.check(ops.define("m1", mode, "ab"))
     m.check(ops.define("m1", mode, "ab"))  # the same definition again: a no-op
     m.check(ops.define("m1", mode, "abc"))  # another definition of the same flow: refused
@@ -101,3 +102,7 @@ def tour(m: EngineMachine, mode: str) -> None:
         m.check(ops.reconcile(r3, 8))  # an error, then skipped in backoff...
         m.advance(100)  # ...until the backoff has passed; the third error is attention
     m.check(ops.reconcile(r3, 8))
+    if probes and mode == "flow":
+        from evidence_lib.model.probes import probes as run_probes
+
+        run_probes(m)

@@ -49,7 +49,7 @@ def in_envelope(flow: FlowDef) -> bool:
 def definition_key(flow: FlowDef) -> tuple[Any, ...]:
     """What the engine's definition hash covers: the flow's options and mode, and every step
     (slug, index, options, route, deps), in step order."""
-    steps = tuple((s, flow.steps.index(s), flow.step(s).max_attempts, flow.step(s).base_delay, flow.step(s).timeout,
+    steps = tuple((s, flow.step(s).index, flow.step(s).max_attempts, flow.step(s).base_delay, flow.step(s).timeout,
                    flow.step(s).start_delay, flow.queues[s], tuple(sorted(flow.step(s).deps)))
                   for s in flow.steps)  # fmt: skip
     return (flow.slug, flow.max_attempts, flow.base_delay, flow.timeout, flow.mode, steps)
@@ -104,12 +104,16 @@ class V2Rules:
         self.queues[flow.queues[a]][(run_id, a)] = "live"
         return Outcome("value", "run")
 
-    def _delivery(self, run_id: str, step: str, queue: str, ids: list[int | None], msg: int | None) -> Outcome | None:
+    def _delivery(self, run_id: str, step: str, queue: str, ids: list[Any], msg: int | None) -> Outcome | None:
         """The argument and identity checks of claim and take over (None: they pass)."""
-        if len(ids) != 1 or ids[0] is None:
+        if len(ids) != 1 or not isinstance(ids[0], int):  # none, two, a NULL, a nested array
             return Outcome.error(SqlState.NOT_ONE_MESSAGE_ID)
         run = self.runs.get(run_id)
-        if run is None or step not in self.flows[run.flow].queues:
+        if run is None:
+            return Outcome.error(SqlState.UNKNOWN_OBJECT)
+        if run.protocol != "v2":
+            return Outcome.error(SqlState.V2_CALL_ON_V1_RUN)
+        if step not in self.flows[run.flow].queues:
             return Outcome.error(SqlState.UNKNOWN_OBJECT)
         task = run.tasks.get(step)
         route = self.flows[run.flow].queues[step]
@@ -117,7 +121,7 @@ class V2Rules:
             return Outcome.error(SqlState.IDENTITY_MISMATCH)
         return None
 
-    def claim(self, run_id: str, step: str, queue: str, ids: list[int | None], msg: int | None,
+    def claim(self, run_id: str, step: str, queue: str, ids: list[Any], msg: int | None,
               now: Window, claim_id: str | None) -> Outcome:  # fmt: skip
         refused = self._delivery(run_id, step, queue, ids, msg) or self._hook("claim.after_run_lock")
         if refused:
@@ -157,7 +161,7 @@ class V2Rules:
         found = [c for c, v in self.claims.items() if v.run == run_id and v.step == step and v.state == "current"]
         return found[0] if found else None
 
-    def take_over(self, run_id: str, step: str, expected: str, queue: str, ids: list[int | None], msg: int | None,
+    def take_over(self, run_id: str, step: str, expected: str, queue: str, ids: list[Any], msg: int | None,
                   now: Window, claim_id: str | None) -> Outcome:  # fmt: skip
         refused = self._delivery(run_id, step, queue, ids, msg) or self._hook("take_over.after_run_lock")
         if refused:
