@@ -24,6 +24,10 @@ QUERIES = {
     "from engine.flows f left join engine.steps s using (flow_slug) order by f.flow_slug, s.step_index",
     "runs": "select run_id::text, flow_slug, status, output, protocol, remaining_steps from engine.runs",
     "steps": "select run_id::text, step_slug, status, remaining_deps from engine.step_states",
+    # which timestamps each step state and task carries (their instants are not the model's)
+    "stamps": "select run_id::text, step_slug, 'step', started_at is not null, completed_at is not null, "
+    "failed_at is not null from engine.step_states union all select run_id::text, step_slug, 'task', "
+    "started_at is not null, completed_at is not null, failed_at is not null from engine.step_tasks",
     "tasks": "select run_id::text, step_slug, status, queue_name, message_id, attempts_count, "
     "infrastructure_losses, output, error_message from engine.step_tasks",
     "claims": "select claim_id::text, run_id::text, step_slug, state, attempt, replaced_by::text, timeout, "
@@ -94,6 +98,7 @@ def snapshot(conn: Conn) -> dict[str, Any]:
         "runs": {r: (flow, status, _canon(output), protocol, remaining)
                  for r, flow, status, output, protocol, remaining in rows["runs"]},
         "steps": {(r, s): (status, deps) for r, s, status, deps in rows["steps"]},
+        "stamps": {(r, s, kind): tuple(flags) for r, s, kind, *flags in rows["stamps"]},
         "tasks": {
             (r, s): (status, queue, message_of(r, s, queue, msg), attempts, losses, _canon(output), error)
             for r, s, status, queue, msg, attempts, losses, output, error in rows["tasks"]

@@ -36,6 +36,20 @@ def _options(flow: FlowDef) -> tuple[Any, ...]:
                    flow.step(s).start_delay, tuple(sorted(flow.step(s).deps))) for s in flow.steps))  # fmt: skip
 
 
+def _stamps(run_id: str, run: Run) -> list[tuple[tuple[str, str, str], tuple[bool, bool, bool]]]:
+    """Which of started_at, completed_at, failed_at each step state and task must carry: a step
+    started when its task was created; a task when it was first claimed or started; completed_at
+    with the completed status; failed_at with a failed or cancelled one."""
+    out = []
+    for step, status in run.steps.items():
+        out.append(((run_id, step, "step"), (step in run.tasks, status == "completed",
+                                             status in ("failed", "cancelled"))))  # fmt: skip
+    for step, task in run.tasks.items():
+        out.append(((run_id, step, "task"), (task.attempts > 0, task.status == "completed",
+                                             task.status in ("failed", "cancelled"))))  # fmt: skip
+    return out
+
+
 def _shape(flow: FlowDef) -> tuple[Any, ...]:
     """What compile_flow compares: options, mode, and every step with its deps, options and route."""
     steps = tuple((s, tuple(sorted(flow.step(s).deps)), flow.step(s).max_attempts, flow.step(s).base_delay,
@@ -144,6 +158,7 @@ class Model(DefinitionRules, V1Rules, V2Rules):
             "options": {f.slug: _options(f) for f in self.flows.values()},
             "runs": {r: (v.flow, v.status, _canon(v.output), v.protocol, v.remaining_steps)
                      for r, v in self.runs.items()},
+            "stamps": {key: flags for r, v in self.runs.items() for key, flags in _stamps(r, v)},
             "steps": {(r, s): (st, v.remaining_deps.get(s, 0))
                       for r, v in self.runs.items() for s, st in v.steps.items()},
             "tasks": {

@@ -129,6 +129,15 @@ def check_refusals(result: ScenarioResult, conn: Conn, url: str) -> None:
         with shadowing.attacker_login(conn, url, role) as (_login, login_url), connect(login_url) as probe:
             for statement in forbidden:
                 table.append({"role": role, "statement": statement} | _refused(probe, conn, statement))
+    with shadowing.attacker_login(conn, url, "engine_operator") as (_login, login_url), connect(login_url) as probe:
+        probe.execute("set engine.clock_offset = '1000 seconds'")  # a session setting anyone may set...
+        clock = _refused(probe, conn, "select engine.v2_reconcile('00000000-0000-4000-8000-0000000000cc')")
+    table.append({"role": "engine_operator", "statement": "v2_reconcile with engine.clock_offset set"} | clock)
+    result.gate(
+        "the_test_clock_is_refused_to_a_login_that_is_not_superuser",  # ...but only a superuser's is obeyed
+        clock["ok"],
+        f"v2_reconcile with engine.clock_offset set -> {clock['sqlstate']}, {clock['rows_changed']} rows changed",
+    )
     result.table("login_refusals", table)
     for role in get_args(Role):
         mine = [r for r in table if r["role"] == role]

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from evidence_lib.mutation.catalogue.boundaries import BOUNDARIES
 from evidence_lib.mutation.catalogue.known import KNOWN_DEFECTS
+from evidence_lib.mutation.catalogue.survivors import SURVIVORS
 from evidence_lib.mutation.catalogue.v2 import V2_PROTOCOL
 from evidence_lib.mutation.controls import Control
 
 
 def catalogue() -> tuple[Control, ...]:
     """Every control, in catalogue order."""
-    return KNOWN_DEFECTS + V2_PROTOCOL + BOUNDARIES
+    return KNOWN_DEFECTS + V2_PROTOCOL + BOUNDARIES + SURVIVORS
