@@ -7,7 +7,7 @@
 --   · DR009 input is SQL NULL · DR002 input over 65 536 bytes.
 -- Writes, in one transaction: runs (protocol 'v2', definition_hash), run_work (0/0, clean),
 --   step_states (A started, B created), A's task (queued) and A's message in A's route.
---   B has no task and no message.
+--   B has no task and no message. Wakes the workers waiting on A's queue (engine_queue_<queue>).
 create function engine.v2_start_run(flow_slug text, input jsonb)
 returns uuid
 language plpgsql security definer
@@ -108,6 +108,7 @@ begin
                                  message_id, queued_at)
   values (v_run_id, v_a.step_slug, v2_start_run.flow_slug, 0, 'queued', v_a.queue_name,
           v_message_id, v_now);
+  perform engine._notify_listeners('engine_queue_' || v_a.queue_name);
   return v_run_id;
 end;
 $$;

@@ -9,6 +9,7 @@
 --   conflict  a settlement exists with another outcome or result: its receipt, no write.
 --   stale     the claim was revoked by a takeover: no write.
 --   terminal  the run or task is terminal for another reason: no write.
+-- An accepted settlement wakes the reconcilers waiting on engine_v2_dirty (if any wait).
 -- stale and terminal receipts carry null outcome, result and settled_at and the run's current
 -- requested generation. Settling is allowed under attention.
 -- Locks: run (for no key update) -> work (for update) -> step states by step_slug -> the task
@@ -71,6 +72,7 @@ begin
        set requested_generation = w.requested_generation + 1
      where w.run_id = v_run_id
     returning w.* into v_work;
+    perform engine._notify_listeners('engine_v2_dirty');
     insert into engine.task_settlements (claim_id, run_id, outcome, result, settled_at,
                                          requested_generation)
     values (v2_settle.claim_id, v_run_id, v2_settle.outcome, v2_settle.result, v_now,

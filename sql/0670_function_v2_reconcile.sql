@@ -3,7 +3,8 @@
 -- Otherwise performs at most max_actions immediate actions (_v2_next_action): once A is
 -- completed, dispatch B ('dispatch_b': start B's step state, send B's message to B's stored
 -- route with B's start_delay, create B's task with that pair as its snapshot); once B is
--- completed, complete the run with output = B's result ('complete'). Each action
+-- completed, complete the run with output = B's result ('complete'). Dispatching B wakes the
+-- workers waiting on B's queue (engine_queue_<queue>), if any wait. Each action
 -- runs in a subtransaction: an error rolls the action back entirely (no half-dispatched B:
 -- no task without its message, no message without its task), is recorded in
 -- engine_errors, counts consecutive_errors, sets backoff (1 s * 2^(n-1), capped at 60 s) and,
@@ -89,6 +90,7 @@ begin
                                        queue_name, message_id)
         values (v2_reconcile.run_id, v_b.step_slug, v_run.flow_slug, 0, 'queued', v_now,
                 v_b.queue_name, v_message_id);
+        perform engine._notify_listeners('engine_queue_' || v_b.queue_name);
       else
         update engine.runs as r
            set status = 'completed', completed_at = v_now, remaining_steps = 0,

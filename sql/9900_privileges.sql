@@ -9,7 +9,9 @@ grant execute on function
   engine.complete_task(uuid, text, integer, jsonb),
   engine.fail_task(uuid, text, integer, text),
   engine.v2_claim(uuid, text, text, bigint[]),
-  engine.v2_settle(uuid, text, jsonb)
+  engine.v2_settle(uuid, text, jsonb),
+  engine.v2_listen(text),
+  engine.v2_unlisten(text)
   to engine_worker;
 grant execute on function
   engine.create_flow(text, integer, integer, integer, text),
@@ -21,5 +23,8 @@ grant execute on function
   engine.v2_limits(),
   engine.v2_start_run(text, jsonb),
   engine.v2_take_over(uuid, text, uuid, text, bigint[]),
-  engine.v2_reconcile(uuid, integer)
+  engine.v2_reconcile(uuid, integer),
+  engine.v2_reconcile_next(integer, uuid[]),
+  engine.v2_listen(text),
+  engine.v2_unlisten(text)
   to engine_operator;

@@ -36,6 +36,7 @@ QUERIES = {
     "work": "select run_id::text, requested_generation, processed_generation, health, consecutive_errors "
     "from engine.run_work",
     "next_attempts": "select run_id::text, extract(epoch from next_attempt_at)::float8 from engine.run_work",
+    "listening": "select channel, true from engine.listeners where pid = pg_backend_pid()",
     "errors": "select run_id::text, count(*) from engine.engine_errors group by 1",
 }
 
@@ -108,6 +109,7 @@ def snapshot(conn: Conn) -> dict[str, Any]:
                if msg is not None and (queue, int(msg)) in vts and message_of(r, s, queue, msg) == "live"},
         "leases": {c: float(lease) for c, *_, lease in rows["claims"]},
         "next_attempts": {r: None if at is None else float(at) for r, at in rows["next_attempts"]},
+        "listening": dict(rows["listening"]),
         "settlements": {c: (o, _canon(result), g) for c, o, result, g in rows["settlements"]},
         "work": {r: (req, proc, health, errors) for r, req, proc, health, errors in rows["work"]},
         "errors": {r: int(n) for r, n in rows["errors"]},

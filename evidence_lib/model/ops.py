@@ -190,6 +190,24 @@ def reconcile(run: str, max_actions: int | None) -> Op:
               lambda m, ids, now: m.reconcile(run, max_actions, now), run)  # fmt: skip
 
 
+def reconcile_next(max_actions: int | None, skip: tuple[str, ...] = ()) -> Op:
+    """v2_reconcile_next: the engine picks the run (its id is part of the answer)."""
+
+    def real(conn: Conn) -> tuple[Outcome, Any]:
+        def go() -> tuple[Outcome, Any]:
+            row = conn.execute(
+                "select run_id::text, generation, actions, processed, health, run_status "
+                "from engine.v2_reconcile_next(%s, %s::uuid[])",
+                (max_actions, list(skip)),
+            ).fetchone()
+            return (Outcome("value", tuple(row)) if row else Outcome("empty")), None
+
+        return call(conn, go)
+
+    return Op("reconcile_next", f"reconcile_next max_actions {max_actions} skip {[s[:8] for s in skip]}", real,
+              lambda m, ids, now: m.reconcile_next(max_actions, now, skip))  # fmt: skip
+
+
 def drop_queue(queue: str) -> Op:
     def real(conn: Conn) -> tuple[Outcome, Any]:
         return call(conn, lambda: (Outcome("value", bool(conn.execute("select pgmq.drop_queue(%s)", (queue,))

@@ -148,6 +148,22 @@ def age(run: str, step: str, seconds: float) -> Op:
               lambda m, ids, now: m.age(run, step, seconds), run)  # fmt: skip
 
 
+def listen(channel: str | None) -> Op:
+    def real(conn: Conn) -> tuple[Outcome, Any]:
+        return call(conn, lambda: (conn.execute("select engine.v2_listen(%s)", (channel,)), (Outcome("value", None),
+                                                                                            None))[1])  # fmt: skip
+
+    return Op("listen", f"v2_listen {channel}", real, lambda m, ids, now: m.listen(channel))
+
+
+def unlisten(channel: str | None) -> Op:
+    def real(conn: Conn) -> tuple[Outcome, Any]:
+        return call(conn, lambda: (conn.execute("select engine.v2_unlisten(%s)", (channel,)), (Outcome("value", None),
+                                                                                              None))[1])  # fmt: skip
+
+    return Op("unlisten", f"v2_unlisten {channel}", real, lambda m, ids, now: m.unlisten(channel))
+
+
 def foreign_queue(name: str) -> Op:
     """A queue another application created in PGMQ (the engine must not claim its name)."""
 

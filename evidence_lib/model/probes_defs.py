@@ -18,6 +18,8 @@ class Checker(Protocol):
 
     def check(self, op: ops.Op) -> Outcome: ...
 
+    def now(self) -> float: ...
+
 
 def definitions(m: Checker) -> None:
     cf, step = ops_more.create_flow, ops_more.add_step

@@ -36,7 +36,12 @@ OPERATOR_CALLS = {  # and engine_operator everything else of the API
     f"select * from engine.v2_take_over('{UNKNOWN}', 'x', '{UNKNOWN}', 'q', array[1]::bigint[])": Outcome.error(
         SqlState.UNKNOWN_OBJECT),
     f"select engine.v2_reconcile('{UNKNOWN}')": Outcome.error(SqlState.UNKNOWN_OBJECT),
+    "select * from engine.v2_reconcile_next(0)": Outcome.error(SqlState.ARGUMENT_OUT_OF_RANGE),
 }  # fmt: skip
+BOTH_CALLS = {  # both engine roles may wait for wake-ups
+    "select engine.v2_listen('nope')": Outcome.error(SqlState.UNKNOWN_OBJECT),
+    "select engine.v2_unlisten('nope')": ALLOWED,
+}
 NOBODY_CALLS = [  # internal helpers and tables: no engine role may touch them directly
     "select engine._now()",
     "select engine._v2_envelope()",
@@ -66,6 +71,8 @@ def roles(m: Checker, engine_queue: str, foreign_queue: str) -> None:
             m.check(as_role(role, statement, (), answer if role == "engine_worker" else denied))
         for statement, answer in OPERATOR_CALLS.items():
             m.check(as_role(role, statement, (), answer if role == "engine_operator" else denied))
+        for statement, answer in BOTH_CALLS.items():
+            m.check(as_role(role, statement, (), answer if role != NOBODY else denied))
         for statement in NOBODY_CALLS:
             m.check(as_role(role, statement, (), denied))
         read = "select * from pgmq.read(%s, 0, 0)"

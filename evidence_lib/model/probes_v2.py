@@ -156,6 +156,36 @@ def definition_changes(m: Checker, flow: str) -> None:
     m.check(ops.claim(run, "A", defn.queues["A"], [msg], msg, "right"))
 
 
+def reconcile_next(m: Checker) -> None:
+    """v2_reconcile_next takes the due runs one call each, in its order, skips what it is told to,
+    and reconciles each exactly as v2_reconcile; out-of-range max_actions are refused first."""
+    for actions in (0, 65, None):
+        m.check(ops.reconcile_next(actions))
+    for _ in range(3):  # three dirty runs: each started, its A claimed and settled
+        run = _start(m, "Env900")
+        assert run is not None
+        queue, msg = m.model.flows["Env900"].queues["A"], m.msg_ids.get((run, "A"))
+        m.check(ops.claim(run, "A", queue, [msg], msg, "right"))
+        claim = next(c for c, v in m.model.claims.items() if v.run == run)
+        m.check(ops.settle(claim, "completed", {"r": run[:4]}, "fresh", run))
+    due = m.model.due((m.now(), m.now()))
+    if due:
+        m.check(ops.reconcile_next(8, tuple(due[:1])))
+    for _ in range(len(due) + 1):
+        m.check(ops.reconcile_next(1))
+    m.check(ops.reconcile_next(64))
+
+
+def wakeups(m: Checker, queue: str) -> None:
+    """v2_listen names the engine's channels only (DR014); idempotent; v2_unlisten forgets one or all."""
+    for channel in (None, "nope", "engine_queue_no_such_queue", "engine_v2_dirty", f"engine_queue_{queue}",
+                    "engine_v2_dirty"):  # fmt: skip
+        m.check(ops_more.listen(channel))
+    m.check(ops_more.unlisten("engine_v2_dirty"))
+    m.check(ops_more.listen("engine_v2_dirty"))
+    m.check(ops_more.unlisten(None))
+
+
 def v2_calls_on_v1(m: Checker, run: str) -> None:
     m.check(ops.reconcile(run, 8))
     m.check(ops.claim(run, "A", "v1d__a", [1], 1, "v1 run"))

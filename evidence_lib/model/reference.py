@@ -67,6 +67,7 @@ class Model(DefinitionRules, V1Rules, V2Rules):
         self.dropped: set[str] = set()
         self.foreign: set[str] = set()
         self.armed: set[str] = set()  # test hooks armed to fail
+        self.listening: set[str] = set()  # the channels this session waits on (v2_listen)
         self.offset = 0.0  # the test clock: the engine's time is the real time plus this
         self.force: dict[str, bool] = {}  # the answer to an ambiguous time comparison
         self.ambiguous: list[str] = []
@@ -142,6 +143,18 @@ class Model(DefinitionRules, V1Rules, V2Rules):
         self.queues[queue] = {}
         return Outcome("value", True)
 
+    def listen(self, channel: str | None) -> Outcome:
+        """v2_listen: engine_v2_dirty, or engine_queue_<the queue of a step>; else DR014."""
+        routes = {f"engine_queue_{q}" for f in self.flows.values() for q in f.queues.values()}
+        if channel is None or (channel != "engine_v2_dirty" and channel not in routes):
+            return Outcome.error(SqlState.UNKNOWN_OBJECT)
+        self.listening.add(channel)
+        return Outcome("value", None)
+
+    def unlisten(self, channel: str | None) -> Outcome:
+        self.listening = set() if channel is None else self.listening - {channel}
+        return Outcome("value", None)
+
     def v1_write(self, run_id: str, step: str) -> Outcome:
         """complete_task / fail_task on a v2 run's task: refused, nothing written."""
         if run_id not in self.runs:  # the run is checked first: any step of a v2 run is refused
@@ -176,5 +189,6 @@ class Model(DefinitionRules, V1Rules, V2Rules):
             # instants: each live message's visibility time and each current claim's lease (windows)
             "vt": {(r, s): t.vt for r, v in self.runs.items() for s, t in v.tasks.items() if t.message == "live"},
             "leases": {c: v.lease for c, v in self.claims.items()},
+            "listening": {c: True for c in self.listening},
             "next_attempts": {r: v.next_attempt for r, v in v2.items()},
         }

@@ -268,6 +268,30 @@ class V2Rules:
             return hooked  # the whole call rolls back, its actions with it
         return self._reconcile(run_id, max_actions, now)
 
+    def due(self, now: Window, skip: tuple[str, ...] = ()) -> list[str]:
+        """The runs v2_reconcile_next may take, in its order: dirty, not in attention, backoff
+        over by the engine's clock; no next attempt first, then the earliest; then by run id."""
+        due = []
+        for run_id, run in self.runs.items():
+            if run.protocol != "v2" or run.requested <= run.processed or run.health == "attention" or run_id in skip:
+                continue
+            waiting = run.health == "backoff" and run.next_attempt is not None
+            if waiting and run.next_attempt and self._before(now, run.next_attempt, f"{run_id[:8]} due"):
+                continue
+            due.append(run_id)
+        return sorted(due, key=lambda r: (self.runs[r].next_attempt is not None,
+                                          (self.runs[r].next_attempt or (0.0, 0.0))[0], r))  # fmt: skip
+
+    def reconcile_next(self, max_actions: int | None, now: Window, skip: tuple[str, ...] = ()) -> Outcome:
+        """v2_reconcile_next: the first due run, reconciled as v2_reconcile (its id with the report)."""
+        if max_actions is None or not 1 <= max_actions <= 64:
+            return Outcome.error(SqlState.ARGUMENT_OUT_OF_RANGE)
+        due = self.due(now, skip)
+        if not due:
+            return Outcome("empty")
+        report = self.reconcile(due[0], max_actions, now)
+        return Outcome(report.kind, (due[0], *report.value) if report.kind == "value" else report.value)
+
     def _fails(self, run: Run, action: str) -> bool:
         """An action rolls back: B's route queue is gone, or the hook after each action is armed."""
         flow = self.flows[run.flow]

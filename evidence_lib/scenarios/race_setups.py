@@ -46,6 +46,17 @@ def settled_a(conn: Conn, mode: QueueMode) -> dict[str, Any]:
     return p
 
 
+def two_settled(conn: Conn, mode: QueueMode) -> dict[str, Any]:
+    """Two v2 runs of one flow, each with A settled: two runs due."""
+    p = settled_a(conn, mode)
+    flow = define_ab(conn, SLUG, mode, timeout=1)
+    other = v2.start_run(conn, SLUG, {"n": 2})
+    grant = v2.claim(conn, other, "A", p["queue_a"], read_step_message(conn, flow, "A", other))
+    assert grant is not None
+    v2.settle(conn, grant.claim_id, "completed", {"a": 2})
+    return p | {"run_2": other}
+
+
 def claimed_b(conn: Conn, mode: QueueMode) -> dict[str, Any]:
     p = settled_a(conn, mode)
     v2.reconcile(conn, p["run"])

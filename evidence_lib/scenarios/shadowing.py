@@ -280,6 +280,11 @@ RECIPES: dict[str, Recipe] = {
         "select actions from engine.v2_reconcile(%(run)s, 8)",
         _at_least_one,
     ),
+    "v2_reconcile_next": Recipe(
+        "engine_operator", _v2_settled, "select actions from engine.v2_reconcile_next(8)", _at_least_one
+    ),
+    "v2_listen": Recipe("engine_worker", _v2_defined, "select engine.v2_listen('engine_v2_dirty')", _rows(1)),
+    "v2_unlisten": Recipe("engine_worker", _nothing, "select engine.v2_unlisten(null)", _rows(1)),
 }
 
 
