@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
+import psycopg
+from psycopg import sql as psql
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
@@ -108,3 +110,106 @@ def work_row(conn: Conn, run_id: UUID) -> dict[str, Any]:
         raise KeyError(f"no work row for run {run_id}")
     value: dict[str, Any] = row[0]
     return value
+
+
+CLAIM = "select * from engine.v2_claim(%s, %s, %s, array[%s]::bigint[])"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One message read for one task: what a claim names."""
+
+    run_id: UUID
+    step_slug: str
+    queue_name: str
+    message_id: int
+
+
+class ClaimUnanswered:
+    """A pipelined claim that failed: claim it alone to learn why (its error names it)."""
+
+
+UNANSWERED = ClaimUnanswered()
+
+
+def claim_many(conn: Conn, deliveries: list[Delivery]) -> list[Grant | ClaimUnanswered | None]:
+    """Claim several deliveries in one round trip (psycopg's pipeline mode): still one task and one
+    message per call, each call its own transaction (a sync after each). A call that failed comes
+    back UNANSWERED (its transaction rolled back, nothing written); `claim` it alone for its error.
+    A broken connection raises."""
+    if len(deliveries) == 1:  # no pipeline for one call
+        d = deliveries[0]
+        try:
+            return [claim(conn, d.run_id, d.step_slug, d.queue_name, d.message_id)]
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error:
+            return [UNANSWERED]
+    cursors = []
+    with conn.pipeline() as pipeline:
+        for d in deliveries:
+            cur = conn.cursor(row_factory=class_row(Grant))
+            try:
+                cur.execute(CLAIM, (d.run_id, d.step_slug, d.queue_name, d.message_id))
+                pipeline.sync()
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error:
+                pass  # some claim of the pipeline failed; which one, its cursor says below
+            cursors.append(cur)
+    out: list[Grant | ClaimUnanswered | None] = []
+    for cur in cursors:
+        try:
+            rows = cur.fetchall()
+        except psycopg.ProgrammingError:  # no result: this claim failed (or was never run)
+            out.append(UNANSWERED)
+            continue
+        out.append(rows[0] if rows else None)
+        cur.close()
+    return out
+
+
+NEXT = "select * from engine.v2_reconcile_next(%s, %s::uuid[])"
+
+
+def reconcile_next(conn: Conn, max_actions: int = 8, skip: list[UUID] | None = None) -> Report | None:
+    """The next due run no other session holds, reconciled; None when nothing is due."""
+    with conn.cursor(row_factory=class_row(Report)) as cur:
+        row = cur.execute(NEXT, (max_actions, skip or [])).fetchone()
+    return row
+
+
+def reconcile_next_many(conn: Conn, calls: int, max_actions: int = 8, skip: list[UUID] | None = None,
+                        ) -> list[Report | ClaimUnanswered | None]:  # fmt: skip
+    """`calls` reconcile_next calls in one round trip, each its own transaction; a failed one comes
+    back UNANSWERED (call reconcile_next alone for its error)."""
+    cursors = []
+    with conn.pipeline() as pipeline:
+        for _ in range(calls):
+            cur = conn.cursor(row_factory=class_row(Report))
+            try:
+                cur.execute(NEXT, (max_actions, skip or []))
+                pipeline.sync()
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error:
+                pass
+            cursors.append(cur)
+    out: list[Report | ClaimUnanswered | None] = []
+    for cur in cursors:
+        try:
+            out.append(cur.fetchone())
+        except psycopg.ProgrammingError:
+            out.append(UNANSWERED)
+    return out
+
+
+def listen(conn: Conn, channel: str) -> None:
+    """Wait on `channel` from now on: LISTEN, and register as an idle waiter (v2_listen)."""
+    conn.execute(psql.SQL("listen {}").format(psql.Identifier(channel)))
+    conn.execute("select engine.v2_listen(%s)", (channel,))
+
+
+def unlisten(conn: Conn, channel: str | None = None) -> None:
+    """No longer an idle waiter on `channel` (every channel: None); the LISTEN stays."""
+    conn.execute("select engine.v2_unlisten(%s)", (channel,))

@@ -157,8 +157,17 @@ class WorkerBase:
                     self.on_poll_transport_error(exc)
                     idle = True
                 if idle:
-                    self._stop.wait(self.config.poll_interval)
+                    self.idle_wait()
+                else:
+                    self.busy()
         self.close()
+
+    def idle_wait(self) -> None:
+        """Nothing was read: wait before the next poll (a subclass may wait for a wake-up)."""
+        self._stop.wait(self.config.poll_interval)
+
+    def busy(self) -> None:
+        """Something was read (a subclass that waited for wake-ups stops waiting for them)."""
 
     def poll(self, *, wait_for_handlers: bool = False) -> int:
         raise NotImplementedError

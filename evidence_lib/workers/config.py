@@ -56,6 +56,8 @@ class WorkerConfig:
     reconnect_initial: float = 0.05  # seconds before the first reconnect after a failed one
     reconnect_cap: float = 1.0  # the longest wait between two reconnects (doubling, with jitter)
     pool_wait: float = 2.0  # seconds a poll waits for a connection (a settlement waits its lease's time left)
+    wakeups: bool = True  # idle: wait for the engine's notification (LISTEN) instead of polling (v2 only)
+    idle_wait: float = 10.0  # idle with wake-ups: the fallback poll for a notification lost to a reconnect
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.visibility_timeout < 1 or self.report_attempts < 1:

@@ -1,8 +1,11 @@
-"""The reconciler driver: a loop that calls `v2_reconcile` for dirty runs, one run per call.
+"""The reconciler driver: a loop that calls `engine.v2_reconcile_next`, one run per call.
 
-It picks only runs that are due (dirty, not in `attention`, past `next_attempt_at` when
-backing off), so a poisoned run costs at most one failing call per backoff period and never
-stalls the others. It is what the evidence and the benchmarks run; it is not a service.
+Each call takes the next due run (dirty, not in `attention`, past `next_attempt_at` when backing
+off) that no other session holds (SKIP LOCKED), so several reconcilers side by side share the work
+and a poisoned run costs at most one failing call per backoff period. Calls travel `pipeline` at a
+time in one round trip, each its own transaction. When nothing is due it waits for the engine's
+wake-up (`engine_v2_dirty`) with a bounded fallback poll. It is what the evidence and the
+benchmarks run; it is not a service.
 """
 
 from __future__ import annotations
@@ -15,27 +18,24 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import class_row
 
 from evidence_lib.engine import v2
 from evidence_lib.pg.db import Conn, ServerUnavailable, connect
 from evidence_lib.workers.config import SafeLog
 from evidence_lib.workers.connections import ConnectionSource, ReconnectPolicy
 from evidence_lib.workers.timing import CallTimes, maybe_timed
+from evidence_lib.workers.wakeups import Waiter
 
-DUE = """
-  from engine.run_work
+# the run a refused call picked: the first due run in v2_reconcile_next's order (read by the owner)
+DUE_RUNS = """select run_id from engine.run_work
  where requested_generation > processed_generation
    and health <> 'attention'
    and (health <> 'backoff' or next_attempt_at <= clock_timestamp())
    and run_id <> all (%(skip)s::uuid[])
-"""
-DUE_RUNS = "select run_id" + DUE + " order by next_attempt_at nulls first, run_id limit %(limit)s"
-# one due run and its reconcile in one statement: still one run per call, one transaction
-RECONCILE_NEXT = (
-    "select r.* from (select run_id" + DUE + " order by next_attempt_at nulls first, run_id limit 1) d"
-    " cross join lateral engine.v2_reconcile(d.run_id, %(max_actions)s) r"
-)
+ order by next_attempt_at nulls first, run_id limit %(limit)s"""
+
+
+BACKOFF_LOOK = 0.25  # seconds between looks while a run is in backoff (its next attempt comes unannounced)
 
 
 @dataclass
@@ -46,6 +46,7 @@ class ReconcilerStats:
     reports: Counter[str] = field(default_factory=Counter)  # health after each call
     errors: list[str] = field(default_factory=list)
     transport_errors: int = 0
+    round_trips: int = 0
 
 
 class Reconciler:
@@ -57,7 +58,10 @@ class Reconciler:
         *,
         max_actions: int = 8,
         batch: int = 32,
+        pipeline: int = 8,
         poll_interval: float = 0.05,
+        idle_wait: float = 4.0,
+        wakeups: bool = True,
         name: str = "reconciler",
         logger: logging.Logger | None = None,
         policy: ReconnectPolicy | None = None,
@@ -65,53 +69,40 @@ class Reconciler:
         self.url = url
         self.max_actions = max_actions
         self.batch = batch
+        self.pipeline = max(1, pipeline)
         self.poll_interval = poll_interval
+        self.idle_wait = idle_wait
+        self.wakeups = wakeups
         self.name = name
         self.log = SafeLog(logger or logging.getLogger("evidence_lib.reconciler"))
         self.stats = ReconcilerStats()
         self._stop = threading.Event()
         self.timings: CallTimes | None = None  # set to a CallTimes to measure every SQL call
         self.refused: set[UUID] = set()  # runs whose reconcile was refused: skipped from then on
+        self.backing_off: set[UUID] = set()  # runs last seen in backoff: due later without a wake-up
         self.source = ConnectionSource(
             url, size=1, policy=policy, application_name=name, log=lambda lv, ev, msg: self.log(lv, ev, msg)
         )
+        self.waiter = Waiter(url, "engine_v2_dirty", name, lambda conn: self.reconcile_next(conn) is not None)
 
     def timed(self, name: str) -> AbstractContextManager[None]:
         """Measure one SQL round trip when `timings` is set (the benchmarks set it)."""
         return maybe_timed(self.timings, name)
 
     def due_runs(self, conn: Conn) -> list[UUID]:
-        """The runs that are due now (dirty, not in attention, backoff over), oldest first."""
+        """The runs that are due now, in v2_reconcile_next's order (the first is the one it takes)."""
         with self.timed("reconcile.due_runs"):
             rows = conn.execute(DUE_RUNS, {"skip": list(self.refused), "limit": self.batch}).fetchall()
         return [r[0] for r in rows]
 
-    def reconcile_next(self, conn: Conn) -> v2.Report | None:
-        """Reconcile the next due run (None: nothing is due). A run whose reconcile is refused
-        (DR005, ...) is remembered and skipped, so it never blocks the others."""
-        try:
-            with self.timed("v2_reconcile"), conn.cursor(row_factory=class_row(v2.Report)) as cur:
-                report = cur.execute(
-                    RECONCILE_NEXT, {"skip": list(self.refused), "max_actions": self.max_actions}
-                ).fetchone()
-        except psycopg.OperationalError:
-            raise
-        except psycopg.Error as exc:
-            run_id = self._refused_run(conn)
-            if run_id is not None:
-                self.refused.add(run_id)
-            self.stats.errors.append(f"{run_id}: [{exc.sqlstate}] {exc.diag.message_primary}")
-            self.log(
-                logging.ERROR,
-                "reconcile_refused",
-                f"run {run_id}: reconcile refused [{exc.sqlstate}] {exc.diag.message_primary}; skipped from now on",
-            )
-            return None
-        if report is None:
-            return None
+    def _report(self, report: v2.Report) -> v2.Report:
         self.stats.calls += 1
         self.stats.actions += report.actions
         self.stats.reports[report.health] += 1
+        if report.health == "backoff":
+            self.backing_off.add(report.run_id)
+        else:
+            self.backing_off.discard(report.run_id)
         if report.health != "clean":
             self.log(
                 logging.WARNING,
@@ -121,20 +112,54 @@ class Reconciler:
             )
         return report
 
-    def _refused_run(self, conn: Conn) -> UUID | None:
-        """The run the failed statement picked: the first due run in the same order."""
+    def reconcile_next(self, conn: Conn) -> v2.Report | None:
+        """Reconcile the next due run (None: nothing is due, or its reconcile was refused). A run
+        whose reconcile is refused (DR005, ...) is remembered and skipped, so it never blocks the
+        others."""
+        try:
+            self.stats.round_trips += 1
+            with self.timed("v2_reconcile"):
+                report = v2.reconcile_next(conn, self.max_actions, list(self.refused))
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            self._refused(conn, exc)
+            return None
+        return None if report is None else self._report(report)
+
+    def _refused(self, conn: Conn, exc: psycopg.Error) -> None:
         runs = self.due_runs(conn)
-        return runs[0] if runs else None
+        run_id = runs[0] if runs else None
+        if run_id is not None:
+            self.refused.add(run_id)
+        self.stats.errors.append(f"{run_id}: [{exc.sqlstate}] {exc.diag.message_primary}")
+        self.log(
+            logging.ERROR,
+            "reconcile_refused",
+            f"run {run_id}: reconcile refused [{exc.sqlstate}] {exc.diag.message_primary}; skipped from now on",
+        )
 
     def pass_once(self, conn: Conn) -> int:
-        """Reconcile due runs until none is due or `batch` calls were made; returns the calls."""
+        """Reconcile due runs, `pipeline` calls per round trip, until none is due or `batch`
+        calls were made; returns the calls that reconciled a run."""
         self.stats.passes += 1
         calls = 0
         while calls < self.batch:
             refused = len(self.refused)
-            if self.reconcile_next(conn) is None and len(self.refused) == refused:
-                break  # nothing due (a refused run is skipped and the pass goes on)
-            calls += 1
+            self.stats.round_trips += 1
+            with self.timed("v2_reconcile"):
+                answers = v2.reconcile_next_many(conn, min(self.pipeline, self.batch - calls), self.max_actions,
+                                                 list(self.refused))  # fmt: skip
+            done = 0
+            for answer in answers:
+                if isinstance(answer, v2.ClaimUnanswered):  # a refused call: alone, for its error
+                    answer = self.reconcile_next(conn)
+                if answer is not None:
+                    self._report(answer)
+                    done += 1
+            calls += done
+            if done < len(answers) and len(self.refused) == refused:
+                break  # something came back with nothing due (a refused run is skipped and the pass goes on)
         return calls
 
     def drain(self) -> None:
@@ -144,8 +169,9 @@ class Reconciler:
                 pass
 
     def run(self) -> ReconcilerStats:
-        """Loop until `stop()`. When the server goes away it waits with the reconnect policy's
-        capped backoff and logs one line when the server goes and one when it is back."""
+        """Loop until `stop()`: reconcile while runs are due, then wait for a wake-up (at most
+        `idle_wait` s). When the server goes away it waits with the reconnect policy's capped
+        backoff and logs one line when the server goes and one when it is back."""
         while not self._stop.is_set():
             try:
                 # the wait covers one backoff pause and one connect: no spinning while the server is away
@@ -153,14 +179,21 @@ class Reconciler:
                 with self.source.connection(timeout=wait) as conn:
                     idle = self.poll_interval
                     while not self._stop.is_set():
-                        if self.pass_once(conn) == 0:  # nothing due: back off up to 16x the interval
+                        if self.pass_once(conn) > 0:
+                            self.waiter.busy()
+                            idle = self.poll_interval
+                        elif self.wakeups:
+                            # a run in backoff becomes due with no wake-up: look again soon while one is
+                            wait_for = min(self.idle_wait, BACKOFF_LOOK) if self.backing_off else self.idle_wait
+                            if not self.waiter.wait(wait_for, self._stop.is_set) and self.waiter.conn is None:
+                                self._stop.wait(self.poll_interval)
+                        else:  # polling: nothing due, back off up to 16x the interval
                             self._stop.wait(idle)
                             idle = min(idle * 2, self.poll_interval * 16)
-                        else:
-                            idle = self.poll_interval
             except (psycopg.OperationalError, ServerUnavailable) as exc:
                 self.stats.errors.append(f"transport: {str(exc).strip()[:200]}")
                 self.stats.transport_errors += 1
+        self.waiter.close()
         self.source.close()
         return self.stats
 

@@ -1,5 +1,7 @@
-"""The v2 worker: read one message (the reservation) -> claim it with `v2_claim` for its one
-task -> run the handler only for a grant -> settle with a deadline.
+"""The v2 worker: read up to one message per free slot in one call (the reservation) -> claim each
+with `v2_claim` for its one task, every claim its own call and transaction, all of them in one
+round trip (pipeline) -> run the handler only for a grant -> settle with a deadline. Idle, it waits
+for the engine's wake-up on its queue (LISTEN, `engine.v2_listen`) with a bounded fallback poll.
 
 Settlement (CONTRACT section 3): at most `worker_settlement_attempts` submitted attempts, all
 before the claim's lease horizon (an absolute deadline), spread over the time left with a capped
@@ -22,6 +24,7 @@ from concurrent.futures import Future, wait
 from functools import partial
 
 import psycopg
+from psycopg import sql as psql
 
 from evidence_lib.engine import v1, v2
 from evidence_lib.engine.jsontypes import Json
@@ -48,6 +51,7 @@ from evidence_lib.workers.settlement import (
     V2WorkerStats,
     attempt_sql,
 )
+from evidence_lib.workers.wakeups import Waiter
 
 
 class V2Worker(WorkerBase):
@@ -64,6 +68,7 @@ class V2Worker(WorkerBase):
     def setup(self) -> None:
         self.stats = V2WorkerStats()
         self.settlement_attempts = self.config.report_attempts
+        self._waiter: Waiter | None = None  # waits for wake-ups when idle
 
     def __enter__(self) -> V2Worker:
         super().__enter__()
@@ -89,7 +94,8 @@ class V2Worker(WorkerBase):
     # -- reading and claiming ----------------------------------------------------------------
 
     def poll(self, *, wait_for_handlers: bool = False) -> int:
-        """Read and claim one message per free slot; start a handler for each grant.
+        """Read up to one message per free slot in one call, claim them in one round trip (one
+        claim per message, each its own transaction); start a handler for each grant.
 
         Returns the number of messages read (0: nothing visible for us).
         """
@@ -97,23 +103,24 @@ class V2Worker(WorkerBase):
         if free == 0 or self.stopping:
             return 0
         futures: list[Future[None]] = []
-        read = 0
         with self.pool.connection(self.config.pool_wait) as conn:
-            for _ in range(free):
-                with self.timed("pgmq.read"):
-                    messages = v1.read_messages(conn, self.queue, self.config.visibility_timeout, 1)
-                if not messages:
-                    break
-                read += 1
-                grant = self._claim(conn, messages[0])
-                if grant is not None:
-                    futures.append(self.submit(partial(self._execute, grant)))
-        self.stats.read += read
+            with self.timed("pgmq.read"):
+                messages = v1.read_messages(conn, self.queue, self.config.visibility_timeout, free)
+            deliveries = [(m, d) for m in messages if (d := self._delivery(m)) is not None]
+            if deliveries:
+                with self.timed("v2_claim"):
+                    answers = v2.claim_many(conn, [d for _, d in deliveries])
+                for (message, delivery), answer in zip(deliveries, answers, strict=True):
+                    grant = self._claim(conn, message, delivery, answer)
+                    if grant is not None:
+                        futures.append(self.submit(partial(self._execute, grant)))
+        self.stats.read += len(messages)
         if wait_for_handlers:
             wait(futures)
-        return read
+        return len(messages)
 
-    def _claim(self, conn: Conn, message: v1.QueueMessage) -> v2.Grant | None:
+    def _delivery(self, message: v1.QueueMessage) -> v2.Delivery | None:
+        """The task a message names, or None (logged, left intact) when it is not ours to claim."""
         mid = message.msg_id
         try:
             task = parse_task_message(message.message)
@@ -133,9 +140,16 @@ class V2Worker(WorkerBase):
                 message_id=mid,
             )
             return None
+        return v2.Delivery(task.run_id, task.step_slug, self.queue, mid)
+
+    def _claim(self, conn: Conn, message: v1.QueueMessage, task: v2.Delivery,
+               answer: v2.Grant | v2.ClaimUnanswered | None) -> v2.Grant | None:  # fmt: skip
+        mid = message.msg_id
         try:
-            with self.timed("v2_claim"):
-                grant = v2.claim(conn, task.run_id, task.step_slug, self.queue, mid)
+            if isinstance(answer, v2.ClaimUnanswered):  # its pipelined call failed: alone, for its error
+                with self.timed("v2_claim"):
+                    answer = v2.claim(conn, task.run_id, task.step_slug, self.queue, mid)
+            grant = answer
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
@@ -162,6 +176,31 @@ class V2Worker(WorkerBase):
             return None
         self.stats.granted += 1
         return grant
+
+    # -- waiting for wake-ups -----------------------------------------------------------------
+
+    def idle_wait(self) -> None:
+        """Nothing to read: wait for the engine's wake-up on this queue (`workers.wakeups`), at
+        most `idle_wait` seconds; without wake-ups, or with the server away, the poll interval."""
+        if not self.config.wakeups:
+            super().idle_wait()
+            return
+        if self._waiter is None:
+            peek = psql.SQL("select exists (select from pgmq.{} where vt <= clock_timestamp())").format(
+                psql.Identifier(f"q_{self.queue}"))  # fmt: skip
+            self._waiter = Waiter(self.url, f"engine_queue_{self.queue}", self.name,
+                                  lambda conn: conn.execute(peek).fetchone() == (True,))  # fmt: skip
+        if not self._waiter.wait(self.config.idle_wait, lambda: self.stopping) and self._waiter.conn is None:
+            super().idle_wait()
+
+    def busy(self) -> None:
+        if self._waiter is not None:
+            self._waiter.busy()
+
+    def close(self) -> None:
+        if self._waiter is not None:
+            self._waiter.close()
+        super().close()
 
     # -- handler and settlement ---------------------------------------------------------------
 
