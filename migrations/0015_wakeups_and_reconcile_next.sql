@@ -1,8 +1,9 @@
 -- 0015_wakeups_and_reconcile_next.sql: throughput at scale (issue 26).
--- * engine.listeners and engine._notify_listeners: a notification is sent only to a channel an
---   idle session waits on (v2_listen / v2_unlisten); a busy pool gets none, so no commit pays the
---   lock NOTIFY takes at commit. v2_start_run wakes A's queue, v2_reconcile B's when it dispatches
---   B, an accepted v2_settle the reconcilers (engine_v2_dirty).
+-- * engine.listeners and engine._notify_listeners: a notification is sent only when an idle
+--   session waits on the channel (v2_listen / v2_unlisten), to one of them (the longest waiting,
+--   on its own channel engine_wake_<pid>, its registration consumed); a busy pool gets none, so no
+--   commit pays the lock NOTIFY takes at commit. v2_start_run wakes A's queue, v2_reconcile B's
+--   when it dispatches B, an accepted v2_settle the reconcilers (engine_v2_dirty).
 -- * engine.v2_reconcile_next(max_actions, skip): the next due run that no other session holds
 --   (FOR NO KEY UPDATE SKIP LOCKED on the run, the first lock of the order), reconciled exactly as
 --   v2_reconcile: reconcilers side by side share the work; one run per call, one transaction.
@@ -21,17 +22,41 @@ create table engine.listeners (
     check (channel = 'engine_v2_dirty' or channel ~ '^engine_queue_[a-z_][a-z0-9_]*$')
 );
 
--- _notify_listeners: wake the sessions waiting on `channel`, if any are (a notification nobody
--- waits for is not sent: under load no transaction pays NOTIFY's commit-time lock).
--- Reads only engine.listeners (no lock); the notification is delivered at commit.
+-- _notify_listeners: wake ONE session waiting on `channel`: the one waiting longest. Its
+-- registration is consumed (the row is deleted) and the notification goes to that session's own
+-- channel, engine_wake_<pid>, with `channel` as the payload: one message wakes one idle worker,
+-- not every idle worker of the queue (no thundering herd of empty reads). A woken session
+-- registers again with v2_listen when it is idle again. Nobody waiting: nothing is sent and no
+-- row is locked (one index probe finds none; notifiers share the advisory lock below), so under
+-- load no transaction pays the commit-time lock NOTIFY takes. A row of a session that is gone is
+-- consumed like any other (one wake-up lost, covered by the waiters' fallback poll) or swept by
+-- v2_listen.
+-- Locks: last in the caller's order: the channel's advisory lock (7200, hashtext(channel)) shared,
+-- held to commit, so a session registering with v2_listen (which takes it exclusive) waits for
+-- this transaction and then sees its work when it peeks: no event falls between a notifier that
+-- saw no listener and a waiter that looked before the notifier committed. Then one
+-- engine.listeners row FOR UPDATE SKIP LOCKED (a row another notifier holds is passed over).
+-- The notification is delivered at commit.
 create or replace function engine._notify_listeners(channel text)
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_pid integer;
 begin
-  if exists (select from engine.listeners as l where l.channel = _notify_listeners.channel) then
-    perform pg_catalog.pg_notify(_notify_listeners.channel, '');
+  perform pg_catalog.pg_advisory_xact_lock_shared(7200, pg_catalog.hashtext(_notify_listeners.channel));
+  delete from engine.listeners as l
+   where (l.channel, l.pid) = (
+           select w.channel, w.pid
+             from engine.listeners as w
+            where w.channel = _notify_listeners.channel
+            order by w.listening_since, w.pid
+            limit 1
+              for update skip locked)
+  returning l.pid into v_pid;
+  if v_pid is not null then
+    perform pg_catalog.pg_notify('engine_wake_' || v_pid, _notify_listeners.channel);
   end if;
 end;
 $$;
@@ -473,8 +498,12 @@ $$;
 
 -- v2_listen: the calling session says it waits, idle, on `channel` ('engine_v2_dirty' for runs
 -- that became dirty, 'engine_queue_<queue>' for new messages in one of the engine's queues); the
--- caller LISTENs on the same channel and reads once more before it waits. Rows of sessions that
--- are gone are swept here. Idempotent.
+-- caller LISTENs on its own channel engine_wake_<pid> and reads once more before it waits (the
+-- engine wakes one waiter per event and consumes its row). Rows of sessions that are gone are
+-- swept here. Idempotent.
+-- Locks: the channel's advisory lock (7200, hashtext(channel)) exclusive, so it waits for every
+-- notifier of the channel in flight (they hold it shared to commit): the caller's peek, after
+-- this commits, sees their work; a notifier that starts later sees this registration.
 -- Writes: its own row of engine.listeners. Refuses: DR014 a channel that is not the engine's.
 create or replace function engine.v2_listen(channel text)
 returns void
@@ -490,6 +519,7 @@ begin
       using errcode = 'DR014',
             hint = 'Channels are engine_v2_dirty and engine_queue_<queue of a step>.';
   end if;
+  perform pg_catalog.pg_advisory_xact_lock(7200, pg_catalog.hashtext(v2_listen.channel));
   delete from engine.listeners as l
    where l.channel = v2_listen.channel
      and not exists (select from pg_catalog.pg_stat_activity as a where a.pid = l.pid);

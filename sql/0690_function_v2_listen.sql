@@ -1,7 +1,11 @@
 -- v2_listen: the calling session says it waits, idle, on `channel` ('engine_v2_dirty' for runs
 -- that became dirty, 'engine_queue_<queue>' for new messages in one of the engine's queues); the
--- caller LISTENs on the same channel and reads once more before it waits. Rows of sessions that
--- are gone are swept here. Idempotent.
+-- caller LISTENs on its own channel engine_wake_<pid> and reads once more before it waits (the
+-- engine wakes one waiter per event and consumes its row). Rows of sessions that are gone are
+-- swept here. Idempotent.
+-- Locks: the channel's advisory lock (7200, hashtext(channel)) exclusive, so it waits for every
+-- notifier of the channel in flight (they hold it shared to commit): the caller's peek, after
+-- this commits, sees their work; a notifier that starts later sees this registration.
 -- Writes: its own row of engine.listeners. Refuses: DR014 a channel that is not the engine's.
 create function engine.v2_listen(channel text)
 returns void
@@ -17,6 +21,7 @@ begin
       using errcode = 'DR014',
             hint = 'Channels are engine_v2_dirty and engine_queue_<queue of a step>.';
   end if;
+  perform pg_catalog.pg_advisory_xact_lock(7200, pg_catalog.hashtext(v2_listen.channel));
   delete from engine.listeners as l
    where l.channel = v2_listen.channel
      and not exists (select from pg_catalog.pg_stat_activity as a where a.pid = l.pid);

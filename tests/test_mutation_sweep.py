@@ -54,7 +54,10 @@ def test_four_shards_merged_equal_the_unsharded_run(server: Server, template_db:
               for i in range(1, 5)]  # fmt: skip
     assert sum(1 for s in shards if report.statuses(s)) >= 2, "the ids spread over the shards"
     merged = report.merge(shards)
-    assert report.statuses(merged) == report.statuses(whole)
+    differ = {i for i, status in report.statuses(merged).items() if report.statuses(whole).get(i) != status}
+    details = {m["id"]: (m["status"], m.get("statusReason", "")[:300]) for r in (whole, merged)
+               for f in r["files"].values() for m in f["mutants"] if m["id"] in differ}  # fmt: skip
+    assert report.statuses(merged) == report.statuses(whole), details
     assert len(report.statuses(whole)) == len([m for m in generated().mutants if m.functions
                                                and m.functions[0] in SMALL and m.kind == "sql"])  # fmt: skip
 

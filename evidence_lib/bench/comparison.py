@@ -26,7 +26,7 @@ from evidence_lib.pg.db import Server, connect
 
 FOREIGN_FLAG = 0.25  # cores of other processes' CPU during a window that flags the repetition
 SYSTEM_ORDER: tuple[System, ...] = ("v2", "v1", "anchor", "raw")
-TARGETS = {"v2_over_anchor": 1.5, "v2_over_bound": 0.40, "v2_cpu_ms_per_run": 6.0}
+TARGETS = {"v2_over_anchor": 1.2, "v2_over_bound": 0.40, "v2_cpu_ms_per_run": 6.0}  # issue 26: plain client
 
 
 @dataclass

@@ -44,13 +44,17 @@ def _plain(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
 
 
 def _producer(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
+    from evidence_lib.bench.pools import paced_start
     from evidence_lib.engine import v1, v2
     from evidence_lib.pg.db import connect
 
-    slug, limit = opts["slug"], opts["in_flight"]
+    slug, limit = opts["slug"], opts.get("in_flight", 0)
     start = v2.start_run if opts["protocol"] == "v2" else v1.start_flow
     name = "v2_start_run" if opts["protocol"] == "v2" else "start_flow"
     with connect(url, application_name="perf_producer") as conn:
+        if "rate" in opts:  # paced: a run every 1/rate s, however many are in flight
+            paced_start(stop, opts["rate"], lambda: times.call(name, lambda: start(conn, slug, {"n": 1})))
+            return
         while not stop.is_set():
             row = conn.execute(
                 "select count(*) from engine.runs where flow_slug = %s and status = 'started'", (slug,)
@@ -71,13 +75,9 @@ def _worker(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None
 
     flow = ab_flow(opts["slug"], opts["mode"])
     cls = V2Worker if opts["protocol"] == "v2" else Worker
-    worker = cls.serving(
-        url,
-        flow,
-        opts.get("step"),
-        name=opts["name"],
-        config=WorkerConfig(concurrency=1, poll_interval=0.005, visibility_timeout=5),
-    )
+    config = WorkerConfig(concurrency=opts.get("concurrency", 10), poll_interval=opts.get("poll_interval", 0.005),
+                          visibility_timeout=5, wakeups=opts.get("wakeups", True))  # fmt: skip
+    worker = cls.serving(url, flow, opts.get("step"), name=opts["name"], config=config)
     with worker:
         worker.timings = times
         _on_stop(stop, worker.request_shutdown)
@@ -87,7 +87,8 @@ def _worker(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None
 def _reconciler(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
     from evidence_lib.workers.reconciler import Reconciler
 
-    driver = Reconciler(url, poll_interval=opts.get("poll_interval", 0.01), name=opts["name"])
+    driver = Reconciler(url, poll_interval=opts.get("poll_interval", 0.01), name=opts["name"],
+                        wakeups=opts.get("wakeups", True))  # fmt: skip
     driver.timings = times
     _on_stop(stop, driver.stop)
     driver.run()
@@ -101,12 +102,26 @@ def _on_stop(stop: Any, action: Callable[[], None]) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def _anchor_worker(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
+    from evidence_lib.bench.anchor_pool import worker_loop
+
+    worker_loop(url, opts, stop, times)
+
+
+def _anchor_producer(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
+    from evidence_lib.bench.anchor_pool import producer_loop
+
+    producer_loop(url, opts, stop, times)
+
+
 KINDS: dict[str, Callable[[str, dict[str, Any], Any, CallTimes], None]] = {
     "raw": _raw_loop,
     "plain": _plain,
     "producer": _producer,
     "worker": _worker,
     "reconciler": _reconciler,
+    "anchor_worker": _anchor_worker,
+    "anchor_producer": _anchor_producer,
 }
 
 

@@ -1,9 +1,8 @@
-"""Throughput on one server in one run: raw PGMQ, v1 and v2 through their real workers.
+"""Throughput on one server in one run: the measuring window every case shares, and raw PGMQ.
 
 - raw PGMQ: `connections` loops of send + read + archive (one message each): the bound;
-- v1 A -> B: a producer (`start_flow`) and `workers` v1 Workers;
-- v2 A -> B: a producer (`v2_start_run`), `workers` V2Workers and a reconciler driver.
-Every participant is its own process (`perf_procs`), the raw loops included.
+- the worker pools (anchor, v1, v2): `bench.pools`.
+Every participant is its own process (`bench.participants`), the raw loops included.
 Each case warms up, then measures a fixed window: units done (read back from the database),
 every SQL call's latency (client side), round trips per unit, and the server's CPU time (the
 postmaster's process tree, when the server is local).
@@ -18,8 +17,6 @@ from typing import Any
 import psutil
 
 from evidence_lib.bench.participants import Spec, run_case
-from evidence_lib.engine.flows import QueueMode, compile_flow
-from evidence_lib.harness.ab_flow import ab_flow
 from evidence_lib.pg.db import Server, connect, one
 from evidence_lib.workers.timing import CallTimes
 
@@ -91,6 +88,7 @@ def measure(
     with run_case(url, specs) as (handle, finish), connect(url, application_name="perf_window") as conn:
         time.sleep(warmup)  # warm-up: processes connected, plans cached (not an ordering)
         handle.reset.set()
+        since = one(conn, "select clock_timestamp()")
         units0, cpu0, client0, t0, all0 = (
             int(one(conn, count_sql)),
             cpu.seconds(),
@@ -106,6 +104,7 @@ def measure(
             time.perf_counter(),
             _machine_cpu(),
         )
+        until = one(conn, "select clock_timestamp()")
         calls, errors = finish()
     return {
         "units": units1 - units0,
@@ -114,6 +113,7 @@ def measure(
         "errors": errors,
         "server_cpu": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
         "client_cpu": client1 - client0,
+        "window": (since, until),  # the server's clock at the window's ends
         "foreign_cpu": None
         if cpu0 is None or cpu1 is None
         else max(0.0, (all1 - all0) - (cpu1 - cpu0) - (client1 - client0)),
@@ -136,7 +136,7 @@ def _result(case: str, workers: int, unit: str, specs: list[Spec], out: dict[str
         out["calls"],
         out["server_cpu"],
         len(specs),
-        {"client_cpu_s": out["client_cpu"], "errors": out["errors"]},
+        {"client_cpu_s": out["client_cpu"], "errors": out["errors"], "window": out["window"]},
     )
 
 
@@ -146,62 +146,3 @@ def raw_pgmq(server: Server, url: str, connections: int, seconds: float, warmup:
     specs: list[Spec] = [("raw", {"queue": "perf_raw"}) for _ in range(connections)]
     out = measure(server, url, specs, "select count(*) from pgmq.a_perf_raw", warmup, seconds)
     return _result("raw PGMQ send+read+archive", connections, "msgs", specs, out)
-
-
-def v1_runs(server: Server, url: str, workers: int, seconds: float, warmup: float = 1.5) -> Throughput:
-    slug = "perf_v1"
-    with connect(url) as conn:
-        compile_flow(conn, ab_flow(slug, "flow"))
-    specs: list[Spec] = [("producer", {"slug": slug, "protocol": "v1", "in_flight": BACKLOG_PER_WORKER * workers})]
-    specs += [
-        ("worker", {"slug": slug, "mode": "flow", "protocol": "v1", "name": f"perf_v1_{i}"}) for i in range(workers)
-    ]
-    out = measure(
-        server,
-        url,
-        specs,
-        f"select count(*) from engine.runs where flow_slug = '{slug}' and status = 'completed'",
-        warmup,
-        seconds,
-    )
-    return _result("v1 A -> B runs", workers, "runs", specs, out)
-
-
-def v2_runs(
-    server: Server,
-    url: str,
-    workers: int,
-    seconds: float,
-    mode: QueueMode = "flow",
-    reconcilers: int = 1,
-    warmup: float = 1.5,
-) -> Throughput:
-    slug = f"perf_v2_{mode}"
-    with connect(url) as conn:
-        compile_flow(conn, ab_flow(slug, mode))
-    steps: list[str | None] = [None] if mode == "flow" else ["A", "B"]
-    count = max(workers, len(steps))
-    specs: list[Spec] = [("producer", {"slug": slug, "protocol": "v2", "in_flight": BACKLOG_PER_WORKER * count})]
-    specs += [
-        (
-            "worker",
-            {
-                "slug": slug,
-                "mode": mode,
-                "protocol": "v2",
-                "step": steps[i % len(steps)],
-                "name": f"perf_v2_{i}",
-            },
-        )
-        for i in range(count)
-    ]
-    specs += [("reconciler", {"name": f"perf_reconciler_{i}"}) for i in range(reconcilers)]
-    out = measure(
-        server,
-        url,
-        specs,
-        f"select count(*) from engine.runs where flow_slug = '{slug}' and status = 'completed'",
-        warmup,
-        seconds,
-    )
-    return _result(f"v2 A -> B runs ({mode} mode)", count, "runs", specs, out)

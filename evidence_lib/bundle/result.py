@@ -90,6 +90,7 @@ class ScenarioResult:
     error: str | None = None
     headline: str = ""  # one line the index shows next to the scenario's verdict
     targets_missed: list[str] = field(default_factory=list)  # measurements below their targets (not gates)
+    documents: dict[str, Any] = field(default_factory=dict)  # bundle-level JSON files (perf.json)
 
     # -- building ----------------------------------------------------------------------------
 
@@ -138,6 +139,10 @@ class ScenarioResult:
         """Table `name` for a report: no index column, integers as integers, "—" for missing
         values, every row and column, no cell cut short (a pandas Styler)."""
         return present(self.tables[name])
+
+    def document(self, name: str, data: Any) -> None:
+        """A machine-readable file saved at the bundle's top level (`perf.json`, ...)."""
+        self.documents[name] = data
 
     def timing(self, phase: str, seconds: float, **labels: Any) -> None:
         self.timings.append({"phase": phase, "ms": seconds * 1000, **labels})
@@ -249,6 +254,8 @@ class ScenarioResult:
             fig.savefig(root / "charts" / f"{self.scenario}__{name}.png", dpi=110)
         (root / "logs").mkdir(parents=True, exist_ok=True)
         (root / "logs" / f"{self.scenario}.scenario.log").write_text("\n".join(self.log_lines) + "\n")
+        for name, data in self.documents.items():
+            (root / name).write_text(json.dumps(data, indent=1, default=_json_default))
         path = root / "sidecars" / f"{self.scenario}.json"
         path.write_text(json.dumps(self.sidecar(), indent=2, default=_json_default))
         return path

@@ -204,9 +204,19 @@ def reconcile_next_many(conn: Conn, calls: int, max_actions: int = 8, skip: list
     return out
 
 
+WAKE_CHANNEL = "engine_wake_{pid}"  # a waiting session's own channel; the payload names what woke it
+
+
+def wake_channel(conn: Conn) -> str:
+    """LISTEN on this session's own wake-up channel (once per session) and return its name."""
+    name = WAKE_CHANNEL.format(pid=conn.info.backend_pid)
+    conn.execute(psql.SQL("listen {}").format(psql.Identifier(name)))
+    return name
+
+
 def listen(conn: Conn, channel: str) -> None:
-    """Wait on `channel` from now on: LISTEN, and register as an idle waiter (v2_listen)."""
-    conn.execute(psql.SQL("listen {}").format(psql.Identifier(channel)))
+    """Register this session as an idle waiter on `channel` (v2_listen); the engine wakes one
+    waiter per event on the session's own channel (`wake_channel`), consuming the registration."""
     conn.execute("select engine.v2_listen(%s)", (channel,))
 
 

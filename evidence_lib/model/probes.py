@@ -18,7 +18,9 @@ def probes(m: Checker) -> None:
     probes_v2.envelope(m)
     probes_v2.hooks(m, "Env900")
     probes_v2.reconcile_next(m)
-    probes_v2.wakeups(m, m.model.flows["Env900"].queues["A"])
+    probes_v2.wakeups(m, "Env900")
+    probes_v2.inputs(m)
+    probes_v1.two_roots(m)
     probes_v2._flow(m, "Tamper", {}, {})
     probes_v2.definition_changes(m, "Tamper")
     v1_runs = [r for r, v in m.model.runs.items() if v.protocol == "v1"]

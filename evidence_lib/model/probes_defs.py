@@ -20,11 +20,13 @@ class Checker(Protocol):
 
     def now(self) -> float: ...
 
+    def advance(self, seconds: int) -> None: ...
+
 
 def definitions(m: Checker) -> None:
     cf, step = ops_more.create_flow, ops_more.add_step
     # create_flow: each refusal, then the boundaries
-    for slug in (None, "1bad", "bad-slug", "x" * 129, "y" * 48):
+    for slug in (None, "1bad", "bad-slug", "x" * 129, "x" * 128, "y" * 48):
         m.check(cf(slug))
     flow_options: tuple[tuple[int | None, ...], ...] = ((0, 1, 30), (None, 1, 30), (1, -1, 30), (1, None, 30),
                                                          (1, 1, 0), (1, 1, None))  # fmt: skip
@@ -53,6 +55,8 @@ def definitions(m: Checker) -> None:
     m.check(step("Defs", "a", [], 1, 0, 1, 0))  # the boundaries are accepted
     m.check(step("Defs", "b", ["a"], None, None, 7, 3))
     m.check(step("Defs", "c", ["a", "b"]))
+    for long in ("s" * 129, "s" * 128, "t" * 127):  # the slug rule's 128 characters, on a step of a plain flow
+        m.check(step("Defs", long, ["c"]))
     m.check(step("Defs", "b", ["a"], None, None, 7, 3))  # the same step again: its row
     changes: tuple[tuple[list[str], tuple[int | None, ...]], ...] = (
         (["c"], (None, None, 7, 3)), (["a"], (2, None, 7, 3)), (["a"], (None, 1, 7, 3)), (["a"], (None, None, 8, 3)),

@@ -172,7 +172,26 @@ TRIGGERS: dict[str, str] = {  # a trigger's refusal names no constraint
     "task_claims_are_history (rewrite)": f"update engine.task_claims set attempt = attempt + 1 where claim_id = {CURRENT}",
     "task_claims_are_history (a settled claim moves)": f"update engine.task_claims set state = 'current' where "
                                                        f"claim_id = {SETTLED}",
+    "task_claims_are_history (a settled claim gains a revocation time)": "update engine.task_claims set revoked_at "
+                                                                         f"= now() where claim_id = {SETTLED}",
+    "run_work_generations_are_monotonic (processed decreases)": "update engine.run_work set processed_generation = "
+                                                                "processed_generation - 1 where run_id = (select run_id "
+                                                                "from engine.run_work where processed_generation > 0 "
+                                                                "order by run_id limit 1)",
 }  # fmt: skip
+# every column a claim keeps: rewriting any one of them alone is refused by task_claims_are_history
+CLAIM_COLUMNS = {
+    "claim_id": NEW, "run_id": NEW, "step_slug": "step_slug || 'x'", "task_index": "task_index + 1",
+    "queue_name": "queue_name || 'x'", "message_id": "message_id + 1", "claimed_at": "claimed_at - interval '1 s'",
+    "lease_expires_at": "lease_expires_at + interval '1 s'", "timeout": "timeout + 1",
+    "max_attempts": "max_attempts + 1", "start_delay": "start_delay + 1",
+}  # fmt: skip
+TRIGGERS.update({f"task_claims_are_history (rewrite {column})": f"update engine.task_claims set {column} = {value} "
+                 f"where claim_id = {CURRENT}" for column, value in CLAIM_COLUMNS.items()})  # fmt: skip
+# a run made dirty twice by hand (as a settlement would): the generations trigger allows it
+BUMP = ("update engine.run_work set requested_generation = requested_generation + 1 where run_id = (select w.run_id "
+        "from engine.run_work as w join engine.runs as r using (run_id) where r.protocol = 'v2' and r.status = "
+        "'started' and w.health = 'clean' order by w.run_id limit 1) returning run_id")  # fmt: skip
 
 
 def refused_write(label: str, statement: str, expected: str, replica: bool) -> Op:
@@ -199,8 +218,30 @@ def refused_write(label: str, statement: str, expected: str, replica: bool) -> O
     return Op("refused_write", f"(superuser) {label}: {statement[:90]}", real, model)
 
 
+def allowed_bump() -> Op:
+    """A superuser write the schema must allow: one more requested generation on a clean started
+    v2 run (twice in a row, the second on a run already dirty); the model's run is bumped too."""
+
+    def real(conn: Conn) -> tuple[Outcome, Any]:
+        try:
+            with conn.transaction():
+                row = conn.execute(BUMP.encode()).fetchone()
+        except psycopg.Error as exc:
+            return Outcome.error(f"{exc.sqlstate}:{exc.diag.constraint_name or ''}"), None
+        return Outcome("value", "bumped" if row else "no such run"), None if row is None else str(row[0])
+
+    def model(m: Model, ids: Any, now: Window) -> Outcome:
+        if ids is None:
+            return Outcome("value", "no such run")
+        m.runs[ids].requested += 1
+        return Outcome("value", "bumped")
+
+    return Op("allowed_write", f"(superuser) a run made dirty by hand: {BUMP[:80]}", real, model)
+
+
 def probes() -> list[Op]:
-    out = [refused_write(name, stmt, f"{code}:{name}", True) for name, (code, stmt) in CHECKS.items()]
+    out = [allowed_bump(), allowed_bump()]
+    out += [refused_write(name, stmt, f"{code}:{name}", True) for name, (code, stmt) in CHECKS.items()]
     out += [refused_write(name, stmt, f"23503:{name}", False) for name, stmt in FOREIGN_KEYS.items()]
     out += [refused_write(name, stmt, "23514:", False) for name, stmt in TRIGGERS.items()]
     return out

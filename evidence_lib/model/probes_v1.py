@@ -112,3 +112,18 @@ def pruning(m: Checker) -> None:
     for retention in (None, -1.0, 86_400.0):
         m.check(ops_more.prune(retention))
     m.check(ops_more.prune(0.0))
+
+
+def two_roots(m: Checker) -> None:
+    """A v1 flow with two roots: the second (step index 1) gets the run input as it is, and the
+    step that joins them gets both outputs."""
+    cf, step = ops_more.create_flow, ops_more.add_step
+    m.check(cf("V1roots", 1, 0, 30, "flow"))
+    m.check(step("V1roots", "A"))
+    m.check(step("V1roots", "Z"))
+    m.check(step("V1roots", "J", ["A", "Z"]))
+    run = _run(m, "V1roots", {"two": "roots"})
+    _start(m, run, "A", "Z")
+    m.check(ops_more.complete_task(run, "Z", {"z": 1}))
+    m.check(ops_more.complete_task(run, "A", {"a": 1}))
+    _start(m, run, "J")

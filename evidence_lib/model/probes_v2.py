@@ -176,16 +176,48 @@ def reconcile_next(m: Checker) -> None:
     m.check(ops.reconcile_next(64))
 
 
-def wakeups(m: Checker, queue: str) -> None:
-    """v2_listen names the engine's channels only (DR014); idempotent; v2_unlisten forgets one or all."""
-    for channel in (None, "nope", "engine_queue_no_such_queue", "engine_v2_dirty", f"engine_queue_{queue}",
+def wakeups(m: Checker, slug: str) -> None:
+    """v2_listen names the engine's channels only (DR014); idempotent; v2_unlisten forgets one or
+    all; each event consumes the one registration it wakes: a start A's queue, an accepted
+    settlement engine_v2_dirty, B's dispatch B's queue."""
+    queues = m.model.flows[slug].queues
+    for channel in (None, "nope", "engine_queue_no_such_queue", "engine_v2_dirty", f"engine_queue_{queues['A']}",
                     "engine_v2_dirty"):  # fmt: skip
         m.check(ops_more.listen(channel))
     m.check(ops_more.unlisten("engine_v2_dirty"))
     m.check(ops_more.listen("engine_v2_dirty"))
+    m.check(ops_more.unlisten(None))
+    m.check(ops_more.listen(f"engine_queue_{queues['A']}"))
+    m.check(ops_more.listen("engine_v2_dirty"))
+    run = _start(m, slug)
+    assert run is not None
+    msg = m.msg_ids.get((run, "A"))
+    m.check(ops_more.listen(f"engine_queue_{queues['B']}"))
+    m.check(ops.claim(run, "A", queues["A"], [msg], msg, "right"))
+    claim = next(c for c, v in m.model.claims.items() if v.run == run)
+    m.check(ops.settle(claim, "completed", {"w": 1}, "fresh", run))
+    m.check(ops.reconcile(run, 8))
     m.check(ops_more.unlisten(None))
 
 
 def v2_calls_on_v1(m: Checker, run: str) -> None:
     m.check(ops.reconcile(run, 8))
     m.check(ops.claim(run, "A", "v1d__a", [1], 1, "v1 run"))
+
+
+def inputs(m: Checker) -> None:
+    """B's input after A was taken over (A's task then carries an infrastructure loss) and in a
+    flow whose second root (step index 1) gets the run input as it is."""
+    _flow(m, "Lost", {}, {})
+    run = _start(m, "Lost", {"lost": 1})
+    assert run is not None
+    queue, msg = m.model.flows["Lost"].queues["A"], m.msg_ids.get((run, "A"))
+    m.check(ops.claim(run, "A", queue, [msg], msg, "right"))
+    first = next(c for c, v in m.model.claims.items() if v.run == run)
+    m.advance(13)  # past the lease horizon: timeout 10 s + 2 s
+    m.check(ops.take_over(run, "A", first, queue, msg, "current claim"))
+    second = next(c for c, v in m.model.claims.items() if v.run == run and v.state == "current")
+    m.check(ops.settle(second, "completed", {"a": "after a takeover"}, "fresh", run))
+    m.check(ops.reconcile(run, 8))
+    b_queue, b_msg = m.model.flows["Lost"].queues["B"], m.msg_ids.get((run, "B"))
+    m.check(ops.claim(run, "B", b_queue, [b_msg], b_msg, "right"))

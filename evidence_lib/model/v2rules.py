@@ -65,6 +65,12 @@ class V2Rules:
     queues: dict[str, dict[tuple[str, str], str]]
     dropped: set[str]
     armed: set[str]  # test hooks armed to fail ("claim.after_run_lock", ...)
+    listening: set[str]  # the channels this session waits on (v2_listen)
+
+    def wake(self, channel: str) -> None:
+        """_notify_listeners: the engine wakes one waiter on `channel` and consumes its row (this
+        session is the only waiter the model's database has)."""
+        self.listening.discard(channel)
 
     def _before(self, now: Window, instant: Window, what: str) -> bool:
         raise NotImplementedError
@@ -102,6 +108,7 @@ class V2Rules:
                   definition=definition_key(flow))  # fmt: skip
         self.runs[run_id] = run
         self.queues[flow.queues[a]][(run_id, a)] = "live"
+        self.wake(f"engine_queue_{flow.queues[a]}")
         return Outcome("value", "run")
 
     def _delivery(self, run_id: str, step: str, queue: str, ids: list[Any], msg: int | None) -> Outcome | None:
@@ -217,6 +224,7 @@ class V2Rules:
             run.steps[claim.step] = outcome
             claim.state = "settled"
             self._archive(claim.run, claim.step)
+            self.wake("engine_v2_dirty")
             if outcome == "failed":
                 self._fail_run(claim.run)
                 run.ended = now
@@ -328,6 +336,7 @@ class V2Rules:
                 delay = flow.effective(b, "start_delay")
                 run.tasks[b] = Task("queued", flow.queues[b], vt=(now[0] + delay, now[1] + delay))
                 self.queues[flow.queues[b]][(run_id, b)] = "live"
+                self.wake(f"engine_queue_{flow.queues[b]}")
             else:
                 run.status, run.output = "completed", run.tasks[flow.steps[1]].output
                 run.remaining_steps, run.ended = 0, now

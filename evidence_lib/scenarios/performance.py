@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import matplotlib.pyplot as plt
 
 from evidence_lib import progress
-from evidence_lib.bench import throughput
+from evidence_lib.bench import pools
 from evidence_lib.bench.starvation import run_starvation
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.pg.db import Server, connect, rows
+from evidence_lib.scenarios import performance_scale
 from evidence_lib.scenarios.performance_more import comparison, history, over_time
 from evidence_lib.scenarios.performance_restart import restart_soak
 from evidence_lib.scenarios.soak import run_soak
@@ -34,6 +34,9 @@ TARGET_RATIO, TARGET_CPU_MS = 0.40, 6.0
 def run(
     workers: str = "1,2,4,8",
     seconds: float = 1.0,
+    pool_repetitions: int = 3,
+    lone_runs: int = 40,
+    idle_seconds: float = 5.0,
     backlog: int = 3_000,
     probes: int = 50,
     a_ms: float = 10.0,
@@ -57,6 +60,9 @@ def run(
         {
             "workers": workers,
             "seconds": seconds,
+            "pool_repetitions": pool_repetitions,
+            "lone_runs": lone_runs,
+            "idle_seconds": idle_seconds,
             "backlog": backlog,
             "probes": probes,
             "a_ms": a_ms,
@@ -86,12 +92,15 @@ def run(
                 result, server, compare_repetitions, compare_seconds, anchor_version, compare_connections
             ),
             lambda: history(result, server, growth_points, compare_seconds),
-            lambda: _throughput(result, server, workers, seconds, hooks),
+            lambda: _phases_under_load(result, server, max(int(w) for w in workers.split(",")), seconds, hooks),
+            lambda: performance_scale.run_scale(
+                result, server, workers, seconds, pool_repetitions, anchor_version, lone_runs, idle_seconds
+            ),
             lambda: _starvation(result, server, backlog, probes, a_ms),
             lambda: _soak(result, server, queue_modes, soak_runs, soak_workers, soak_reconcilers, fault_rate, hooks),
             lambda: restart_soak(result, server, queue_modes, restart_runs, hooks),
         ]
-        names = ["comparison", "growth", "throughput", "starvation", "soak", "restart soak"]
+        names = ["comparison", "growth", "phases", "worker pools", "starvation", "soak", "restart soak"]
         for i, (name, part) in enumerate(zip(names, parts, strict=True), 1):
             progress.report(name, i - 1, len(parts), unit="parts")
             started = time.perf_counter()
@@ -100,86 +109,18 @@ def run(
             except Exception as exc:
                 result.gate(f"part_{i}_ran_to_the_end", False, f"{type(exc).__name__}: {exc}")
             result.timing(f"part: {name}", time.perf_counter() - started)
+    performance_scale.finish(result)
     consistency.gates(result)
     return result
 
 
-def _throughput(result: ScenarioResult, server: Server, workers: str, seconds: float, hooks: str) -> None:
-    counts = [int(w) for w in workers.split(",") if w.strip()]
-    table, latency, targets = [], [], []
-    for done, n in enumerate(counts):
-        progress.report("throughput by worker count", done, len(counts), unit="worker counts")
-        with scenario_database(server, hooks=hooks, prefix="perf") as url:
-            cases = [
-                throughput.raw_pgmq(server, url, n, seconds),
-                throughput.v1_runs(server, url, n, seconds),
-                throughput.v2_runs(server, url, n, seconds),
-            ]
-            if n == max(counts):
-                _phases(result, url)
-        raw, v1, v2 = cases
-        bound = raw.per_second / 2
-        for c in cases:
-            table.append(
-                {
-                    "case": c.case,
-                    "workers": n,
-                    "processes": c.connections,
-                    "per_s": round(c.per_second, 1),
-                    "unit": c.unit,
-                    "round_trips_per_unit": round(c.round_trips_per_unit, 2),
-                    "server_cpu_ms_per_unit": None if c.cpu_ms_per_unit is None else round(c.cpu_ms_per_unit, 2),
-                    "client_cpu_ms_per_unit": round(c.extra["client_cpu_s"] * 1000 / c.units, 2) if c.units else None,
-                    "errors": "; ".join(c.extra["errors"]),
-                }
-            )
-            for call, s in c.calls.summary_ms().items():
-                latency.append(
-                    {
-                        "case": c.case,
-                        "workers": n,
-                        "call": call,
-                        "calls": int(s["calls"]),
-                        "p50_ms": round(s["p50_ms"], 3),
-                        "p95_ms": round(s["p95_ms"], 3),
-                        "p99_ms": round(s["p99_ms"], 3),
-                    }
-                )
-        ratio = v2.per_second / bound if bound else 0.0
-        targets.append(
-            {
-                "workers": n,
-                "raw_bound_runs_per_s": round(bound, 1),
-                "v1_runs_per_s": round(v1.per_second, 1),
-                "v2_runs_per_s": round(v2.per_second, 1),
-                "v2_over_v1": round(v2.per_second / v1.per_second, 2) if v1.per_second else None,
-                "v2_over_raw_bound": round(ratio, 3),
-                "ratio_target_met": ratio >= TARGET_RATIO,
-                "v2_server_cpu_ms_per_run": v2.cpu_ms_per_unit,
-                "cpu_target_met": None if v2.cpu_ms_per_unit is None else v2.cpu_ms_per_unit <= TARGET_CPU_MS,
-            }
-        )
-        result.gate(
-            "every throughput case did work without errors",
-            all(c.units > 0 and not c.extra["errors"] for c in cases),
-            f"{n} worker(s): " + ", ".join(f"{c.case}: {c.units} {c.unit}" for c in cases),
-            point=f"workers={n}",
-        )
-    result.table("throughput", table)
-    result.table("latency", latency)
-    result.table("targets", targets)
-    for t in targets:  # measurements against their targets, not gates
-        if not t["ratio_target_met"]:
-            result.targets_missed.append(
-                f"real workers at {t['workers']}: v2 at {t['v2_over_raw_bound']} of the raw bound "
-                f"(target {TARGET_RATIO})"
-            )
-        if t["cpu_target_met"] is False:
-            result.targets_missed.append(
-                f"real workers at {t['workers']}: {t['v2_server_cpu_ms_per_run']:.1f} ms server CPU per v2 run "
-                f"(target {TARGET_CPU_MS})"
-            )
-    _throughput_charts(result, targets, latency, max(counts))
+def _phases_under_load(result: ScenarioResult, server: Server, workers: int, seconds: float, hooks: str) -> None:
+    """The phases of one v2 run through the pool at `workers` workers (server timestamps)."""
+    with scenario_database(server, hooks=hooks, prefix="perf") as url:
+        t = pools.pool_runs(server, url, "v2", workers, seconds)
+        result.gate("the pool for the phases did work without errors", t.units > 0 and not t.extra["errors"],
+                    f"{t.units} runs, errors: {t.extra['errors'][:2]}")  # fmt: skip
+        _phases(result, url)
 
 
 def _claimed(step: str) -> str:
@@ -226,38 +167,6 @@ def _phases(result: ScenarioResult, url: str) -> None:
     ax.set_title("Per-phase timing of one v2 A -> B run")
     fig.tight_layout()
     result.chart("one_run_phases", fig)
-
-
-def _throughput_charts(
-    result: ScenarioResult, targets: list[dict[str, Any]], latency: list[dict[str, Any]], top: int
-) -> None:
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    ws = [t["workers"] for t in targets]
-    ax.plot(ws, [t["raw_bound_runs_per_s"] for t in targets], "k--", marker="o", label="raw PGMQ bound (msgs/s / 2)")
-    ax.plot(ws, [t["v1_runs_per_s"] for t in targets], marker="o", label="v1 A -> B")
-    ax.plot(ws, [t["v2_runs_per_s"] for t in targets], marker="o", label="v2 A -> B (worker + reconciler)")
-    ax.plot(
-        ws, [t["raw_bound_runs_per_s"] * TARGET_RATIO for t in targets], ":", color="grey", label="target: 40% of bound"
-    )
-    ax.set_xlabel("concurrent workers (connections for raw)")
-    ax.set_ylabel("runs/s")
-    ax.set_xticks(ws)
-    ax.legend(fontsize=8)
-    ax.set_title("Throughput vs workers (one server, one run)")
-    fig.tight_layout()
-    result.chart("throughput", fig)
-    v2_calls = [r for r in latency if r["workers"] == top and r["case"].startswith(("v2", "raw"))]
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    names = [f"{r['case'].split(' ')[0]} {r['call']}" for r in v2_calls]
-    for key, marker in (("p50_ms", "o"), ("p95_ms", "s"), ("p99_ms", "^")):
-        ax.scatter([r[key] for r in v2_calls], names, marker=marker, label=key)
-    ax.set_xscale("log")
-    ax.set_xlabel("ms per SQL call (client side)")
-    ax.set_ylabel("system and SQL call")
-    ax.legend(fontsize=8)
-    ax.set_title(f"Per-call latency at {top} workers")
-    fig.tight_layout()
-    result.chart("latency", fig)
 
 
 def _starvation(result: ScenarioResult, server: Server, backlog: int, probes: int, a_ms: float) -> None:

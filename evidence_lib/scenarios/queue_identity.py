@@ -18,6 +18,7 @@ from evidence_lib.harness.ab_flow import define_ab, read_step_message
 from evidence_lib.harness.snapshots import attempt, diff, snapshot
 from evidence_lib.pg import db, migrate
 from evidence_lib.pg.db import Server, connect, one, rows
+from evidence_lib.scenarios.queue_identity_races import concurrent_definitions
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, modeless, run_parts
 from evidence_lib.scenarios.support.setup import scenario_server
@@ -308,5 +309,5 @@ def _checked(fn: Callable[[ScenarioResult, str], None]) -> Callable[[ScenarioRes
 
 PARTS = [
     PartSpec(fn.__name__.strip("_"), modeless(_checked(fn)), per_mode=False)
-    for fn in (_naming, _identity, _big_ids, _unknown_messages, _selectors)
+    for fn in (_naming, _identity, _big_ids, _unknown_messages, _selectors, concurrent_definitions)
 ]

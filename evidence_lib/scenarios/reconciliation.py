@@ -25,6 +25,7 @@ from evidence_lib.harness.snapshots import diff, snapshot
 from evidence_lib.harness.waits import WaitTimeout, wait_for_backoff, wait_for_lease_expiry
 from evidence_lib.pg.db import Conn, connect, one, rows
 from evidence_lib.plain import plain
+from evidence_lib.scenarios import wakeups
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, run_parts, single_database
 from evidence_lib.scenarios.support.setup import modes, scenario_server, timed
@@ -335,4 +336,5 @@ PARTS = [
     PartSpec("rollback_and_restart", single_database(_rollback_and_restart)),
     PartSpec("poison", single_database(_poison)),
     PartSpec("takeover_attention", single_database(_takeover_attention)),
+    PartSpec("wakeups", single_database(wakeups.wakeups)),
 ]

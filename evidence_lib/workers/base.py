@@ -148,11 +148,12 @@ class WorkerBase:
         with self._signals(handle_signals):
             while not self._stop.is_set():
                 self._slot_freed.clear()
-                if self.free_slots() == 0:  # every slot busy: wake up when one frees, not later
+                free = self.free_slots()
+                if free == 0:  # every slot busy: wake up when one frees, not later
                     self._slot_freed.wait(self.config.poll_interval)
                     continue
                 try:
-                    idle = self.poll() == 0
+                    idle = self.drained(self.poll(), free)
                 except psycopg.OperationalError as exc:
                     self.on_poll_transport_error(exc)
                     idle = True
@@ -165,6 +166,11 @@ class WorkerBase:
     def idle_wait(self) -> None:
         """Nothing was read: wait before the next poll (a subclass may wait for a wake-up)."""
         self._stop.wait(self.config.poll_interval)
+
+    def drained(self, read: int, free: int) -> bool:
+        """Whether the queue looked empty after a poll that read `read` messages with `free`
+        slots: then the worker waits before it reads again."""
+        return read == 0
 
     def busy(self) -> None:
         """Something was read (a subclass that waited for wake-ups stops waiting for them)."""

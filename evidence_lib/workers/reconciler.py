@@ -83,7 +83,8 @@ class Reconciler:
         self.source = ConnectionSource(
             url, size=1, policy=policy, application_name=name, log=lambda lv, ev, msg: self.log(lv, ev, msg)
         )
-        self.waiter = Waiter(url, "engine_v2_dirty", name, lambda conn: self.reconcile_next(conn) is not None)
+        self.waiter = Waiter(url, "engine_v2_dirty", name, lambda conn: self.reconcile_next(conn) is not None,
+                             timed=self.timed)  # fmt: skip
 
     def timed(self, name: str) -> AbstractContextManager[None]:
         """Measure one SQL round trip when `timings` is set (the benchmarks set it)."""
@@ -185,7 +186,8 @@ class Reconciler:
                         elif self.wakeups:
                             # a run in backoff becomes due with no wake-up: look again soon while one is
                             wait_for = min(self.idle_wait, BACKOFF_LOOK) if self.backing_off else self.idle_wait
-                            if not self.waiter.wait(wait_for, self._stop.is_set) and self.waiter.conn is None:
+                            if not self.waiter.wait(wait_for, self._stop.is_set, self._stop.wait) and \
+                                    self.waiter.conn is None:  # fmt: skip
                                 self._stop.wait(self.poll_interval)
                         else:  # polling: nothing due, back off up to 16x the interval
                             self._stop.wait(idle)

@@ -189,9 +189,16 @@ class V2Worker(WorkerBase):
             peek = psql.SQL("select exists (select from pgmq.{} where vt <= clock_timestamp())").format(
                 psql.Identifier(f"q_{self.queue}"))  # fmt: skip
             self._waiter = Waiter(self.url, f"engine_queue_{self.queue}", self.name,
-                                  lambda conn: conn.execute(peek).fetchone() == (True,))  # fmt: skip
-        if not self._waiter.wait(self.config.idle_wait, lambda: self.stopping) and self._waiter.conn is None:
+                                  lambda conn: conn.execute(peek).fetchone() == (True,), pipelined=True,
+                                  timed=self.timed)  # fmt: skip
+        if not self._waiter.wait(self.config.idle_wait, lambda: self.stopping, self._stop.wait) and \
+                self._waiter.conn is None:  # fmt: skip
             super().idle_wait()
+
+    def drained(self, read: int, free: int) -> bool:
+        """A read of fewer messages than free slots took all that was visible: reading again at
+        once would come back empty, so wait (for a wake-up) instead."""
+        return read < free
 
     def busy(self) -> None:
         if self._waiter is not None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from evidence_lib.mutation.controls import Control, Target
 
 CLOCK = Target("security", "refusals", ("the_test_clock_is_refused_to_a_login_that_is_not_superuser",), None)
+NAME_LOCK = Target("queue_identity", "concurrent_definitions", ("colliding_definitions_serialize_on_the_name_lock",),
+                   None)  # fmt: skip
 
 SURVIVORS: tuple[Control, ...] = (
     Control(
@@ -21,5 +23,24 @@ SURVIVORS: tuple[Control, ...] = (
         "engine._now: a session that is not superuser setting the test clock is refused with 42501",
         (CLOCK,),
         generated="0299fc65f92a",
+    ),
+    Control(
+        "queue_name_locked_under_another_key_space",
+        "CONTRACT 1: colliding definitions serialize on a transaction advisory lock per name in key space 7100",
+        (NAME_LOCK,),
+        generated="8821e3dbb640",
+    ),
+    Control(
+        "queue_name_lock_on_a_null_key",
+        "CONTRACT 1: the name lock is on the name (hashtext of NULL takes no lock at all)",
+        (NAME_LOCK,),
+        generated="769a43f6621d",
+    ),
+    Control(
+        "queue_name_holder_not_looked_up_in_steps",
+        "CONTRACT 1: DR012 names who holds the name, a step's private queue of another flow included",
+        (Target("queue_identity", "concurrent_definitions",
+                ("after_the_wait_the_same_flow_is_returned_and_a_collision_refused_naming_the_holder",), None),),
+        generated="fefb49586441",
     ),
 )

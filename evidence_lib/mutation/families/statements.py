@@ -46,8 +46,16 @@ def deletions(body: Body) -> Iterator[TextChange]:
 
 def early_returns(body: Body) -> Iterator[TextChange]:
     for i, stmt in enumerate(body.walk()):
-        if stmt.is_guard:
+        if stmt.is_guard and not _returns_next(body, stmt.end):
             yield TextChange("EarlyReturnAfterGuard", stmt.end, stmt.end, f"\n  {_empty_return(body)}", f"s{i}:return")
+
+
+def _returns_next(body: Body, offset: int) -> bool:
+    """Whether the statement after `offset` is already a RETURN (an early one there changes nothing)."""
+    rel = offset - body.fn.body_start
+    following = next((t for t in body.tokens if t.start >= rel), None)
+    return following is not None and body.fn.text[body.fn.body_start + following.start:
+                                                     body.fn.body_start + following.end + 1].lower() == "return"
 
 
 def _drop(node: ast.Node) -> ast.Node | Removed:

@@ -1,0 +1,216 @@
+"""Scenario 7, performance, continued: throughput at scale (issue 26).
+
+Worker pools side by side on one server, interleaved: for each repetition, each worker count,
+each system in an order rotated per repetition (raw PGMQ, the anchor's protocol, v1, v2 with
+wake-ups, v2 polling), each on a fresh clone. Medians per (system, workers). Then end-to-end
+A -> B latency one run at a time and at half of peak, and the queries an idle pool sends. Every
+figure lands in tables, charts and `perf.json`; the targets of issue 26 are measurements shown as
+met or missed, never gates. The gates: every case did work without errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+from collections.abc import Iterator
+from typing import Any
+
+from evidence_lib import progress
+from evidence_lib.bench import anchor, pools
+from evidence_lib.bench.pools import System
+from evidence_lib.bench.throughput import Throughput, raw_pgmq
+from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.pg import db, migrate
+from evidence_lib.pg.db import Server, connect
+from evidence_lib.scenarios import performance_charts
+
+Case = str  # "raw" or a pool System
+CASES: tuple[Case, ...] = ("raw", *pools.SYSTEMS)
+LONE = ("v2", "anchor", "v1")
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    """p50/p95/p99 (nearest rank); an infinite value (a run that never completed) stays in."""
+    if not values:
+        return {"p50": None, "p95": None, "p99": None}
+    ordered = sorted(values)
+
+    def rank(p: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(p / 100 * len(ordered)) - 1))]
+
+    return {f"p{p}": rank(p) for p in (50, 95, 99)}
+
+
+class Templates:
+    """The migrated candidate and, when npm can fetch it, the anchor installed: clones per case."""
+
+    def __init__(self, server: Server, anchor_version: str) -> None:
+        self.server = server
+        self.candidate = db.create_database(server, db.scratch_name("perf_tpl"))
+        migrate.apply_migrations(self.candidate)
+        self.anchor: str | None = None
+        self.anchor_note = ""
+        try:
+            fetched = anchor.fetch(anchor_version)
+            self.anchor = db.create_database(server, db.scratch_name("perf_anchor_tpl"))
+            anchor.install(self.anchor, fetched)
+        except anchor.AnchorUnavailable as exc:
+            self.anchor_note = str(exc)
+            if self.anchor:
+                db.drop_database(server, db.database_name(self.anchor))
+                self.anchor = None
+
+    @contextlib.contextmanager
+    def clone(self, case: Case) -> Iterator[str | None]:
+        template = self.anchor if case == "anchor" else self.candidate
+        if template is None:
+            yield None
+            return
+        with db.scratch_database(self.server, template=db.database_name(template), prefix="perf") as url:
+            yield url
+
+    def close(self) -> None:
+        for url in (self.candidate, self.anchor):
+            if url:
+                db.drop_database(self.server, db.database_name(url))
+
+
+def _measure(server: Server, url: str, case: Case, workers: int, seconds: float) -> Throughput:
+    if case == "raw":
+        return raw_pgmq(server, url, workers, seconds, warmup=1.0)
+    system: System = case  # type: ignore[assignment]
+    return pools.pool_runs(server, url, system, workers, seconds)
+
+
+def _window_latency(url: str, case: Case, t: Throughput) -> dict[str, float | None]:
+    if case == "raw":
+        return percentiles([])
+    since, until = t.extra["window"]
+    with connect(url) as conn:
+        found = conn.execute(
+            f"select extract(epoch from completed_at - started_at) * 1000 from {pools.runs_table(case)} "  # type: ignore[arg-type]
+            "where completed_at between %s and %s",
+            (since, until),
+        ).fetchall()
+    return percentiles([float(ms) for (ms,) in found])
+
+
+def measure_pools(
+    result: ScenarioResult, server: Server, templates: Templates, counts: list[int], seconds: float, repetitions: int
+) -> list[dict[str, Any]]:
+    """Every case at every worker count, `repetitions` times, interleaved; one row per measurement."""
+    samples: list[dict[str, Any]] = []
+    total, done = repetitions * len(counts) * len(CASES), 0
+    for rep in range(repetitions):
+        for n in counts:
+            order = CASES[rep % len(CASES):] + CASES[: rep % len(CASES)]  # fmt: skip
+            for case in order:
+                progress.report("worker pools, interleaved", done, total, unit="cases")
+                done += 1
+                with templates.clone(case) as url:
+                    if url is None:
+                        continue
+                    t = _measure(server, url, case, n, seconds)
+                    latency = _window_latency(url, case, t)
+                samples.append({
+                    "repetition": rep, "system": case, "workers": n, "units_per_s": t.per_second,
+                    "round_trips_per_unit": t.round_trips_per_unit, "server_cpu_ms_per_unit": t.cpu_ms_per_unit,
+                    "latency_p50_ms": latency["p50"], "latency_p95_ms": latency["p95"],
+                    "latency_p99_ms": latency["p99"], "errors": "; ".join(t.extra["errors"]), "units": t.units,
+                })  # fmt: skip
+                result.gate(
+                    "every pool case did work without errors",
+                    t.units > 0 and not t.extra["errors"],
+                    f"{case} at {n}: {t.units} {t.unit} in {t.seconds:.1f} s; errors: {t.extra['errors'][:2]}",
+                    point=f"{case}@{n}#{rep}",
+                )
+    return samples
+
+
+def _median(values: list[Any]) -> float | None:
+    clean = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return statistics.median(clean) if clean else None
+
+
+def medians(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (system, workers): the median of each figure over the repetitions."""
+    keys = sorted({(s["system"], s["workers"]) for s in samples}, key=lambda k: (CASES.index(k[0]), k[1]))
+    out = []
+    for system, n in keys:
+        mine = [s for s in samples if (s["system"], s["workers"]) == (system, n)]
+        row: dict[str, Any] = {"system": system, "workers": n, "repetitions": len(mine)}
+        for key in ("units_per_s", "round_trips_per_unit", "server_cpu_ms_per_unit", "latency_p50_ms",
+                    "latency_p95_ms", "latency_p99_ms"):  # fmt: skip
+            value = _median([s[key] for s in mine])
+            row[key] = None if value is None else round(value, 2)
+        out.append(row)
+    return out
+
+
+def latencies(server: Server, templates: Templates, peaks: dict[str, float], workers: int, runs: int,
+              seconds: float) -> list[dict[str, Any]]:  # fmt: skip
+    """End-to-end A -> B latency: one run at a time (1 worker), and paced at half of each
+    system's peak at `workers` workers."""
+    out: list[dict[str, Any]] = []
+    for system in LONE:
+        progress.report(f"latency: {system}")
+        with templates.clone(system) as url:
+            if url is None:
+                continue
+            lone = percentiles(pools.lone_latencies(url, system, runs))  # type: ignore[arg-type]
+        out.append({"system": system, "load": "one run at a time", "workers": 1, "rate_per_s": None,
+                    **{f"{k}_ms": v for k, v in lone.items()}})  # fmt: skip
+        rate = round(peaks.get(system, 0.0) / 2, 1)
+        if rate <= 0:
+            continue
+        with templates.clone(system) as url:
+            assert url is not None
+            paced = pools.paced_latencies(url, system, workers, rate, seconds)  # type: ignore[arg-type]
+        out.append({"system": system, "load": "half of peak", "workers": workers, "rate_per_s": rate,
+                    "runs": len(paced), **{f"{k}_ms": v for k, v in percentiles(paced).items()}})  # fmt: skip
+    return out
+
+
+def idle(templates: Templates, workers: int, seconds: float) -> list[dict[str, Any]]:
+    out = []
+    idle_systems: tuple[System, ...] = ("v2", "anchor")
+    for system in idle_systems:
+        progress.report(f"idle pool: {system}")
+        with templates.clone(system) as url:
+            if url is None:
+                continue
+            cost = pools.idle_cost(url, system, workers, seconds)
+        out.append({"system": system, "workers": workers, "seconds": round(cost.seconds, 1),
+                    "client_round_trips": cost.client_calls,
+                    "client_queries_per_s": round(cost.client_per_second, 2),
+                    "server_transactions_per_s": round(cost.server_per_second, 2)})  # fmt: skip
+    return out
+
+
+def run_scale(result: ScenarioResult, server: Server, workers: str, seconds: float, repetitions: int,
+              anchor_version: str, lone_runs: int, idle_seconds: float) -> None:  # fmt: skip
+    """The pools, interleaved; then latency and idle cost (perf.json is written by `finish`)."""
+    counts = [int(w) for w in workers.split(",") if w.strip()]
+    templates = Templates(server, anchor_version)
+    try:
+        if templates.anchor_note:
+            result.notes.append(f"anchor pool not measured: {templates.anchor_note}")
+        samples = measure_pools(result, server, templates, counts, seconds, repetitions)
+        result.table("pools_samples", samples)
+        table = result.table("pools", medians(samples)).to_dict("records")
+        top = max(counts)
+        peaks = {r["system"]: r["units_per_s"] or 0.0 for r in table if r["workers"] == top}
+        result.table("latency_end_to_end", latencies(server, templates, peaks, top, lone_runs, seconds * 2))
+        result.table("idle_pool", idle(templates, top, idle_seconds))
+    finally:
+        templates.close()
+    performance_charts.pool_charts(result)
+
+
+def finish(result: ScenarioResult) -> None:
+    """perf.json and the targets of issue 26, from every table the parts recorded."""
+    doc = performance_charts.perf_document(result)
+    result.table("scale_targets", doc["targets"])
+    result.targets_missed += [f"{t['target']}: {t['measured']}" for t in doc["targets"] if t["met"] is False]
+    result.document("perf.json", doc)
