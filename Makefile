@@ -20,6 +20,9 @@ SINCE ?=
 SHARD ?=
 OBJECTS ?=
 SHARDS ?=
+# pytest processes (pytest-xdist), each with its own throwaway server: the suite mostly waits on
+# locks, leases and sessions, so three beat two even on 2 cores
+TEST_WORKERS ?= 3
 # PG=15: run on that PostgreSQL major's installed server binaries (Debian's postgresql-15)
 ifneq ($(strip $(PG)),)
 export EVIDENCE_PG := $(strip $(PG))
@@ -53,18 +56,18 @@ check-schema: $(STAMP) ## prove migrations/ and sql/ give the same engine catalo
 	$(BIN)/python -m evidence_lib check-schema
 
 pytest: $(STAMP) ## the pytest suite (real PostgreSQL, real PGMQ, real sessions)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=10
 
 pgtap: $(STAMP) ## the pgTAP files with pg_prove (says loudly when pgTAP is missing)
 	$(BIN)/python -m evidence_lib pgtap
 
 test: lint check-schema pytest pgtap ## everything CI runs: lint, schema sync, pytest, pgTAP (PG=15 on PostgreSQL 15)
 
-evidence: $(STAMP) ## run the evidence notebooks, write a dated bundle (SCENARIOS=races REPEAT=20 PARAMS="queue_modes=step" PG=15)
-	$(BIN)/python -m evidence_lib evidence $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(REPEAT),--repeat $(REPEAT)) $(foreach p,$(PARAMS),-p $(p)) $(EVIDENCE_ARGS)
+evidence: $(STAMP) ## run the evidence notebooks, write a dated bundle (SCENARIOS=races REPEAT=20 PARAMS="queue_modes=step" PG=15 JOBS=1)
+	$(BIN)/python -m evidence_lib evidence --jobs $(JOBS) $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(REPEAT),--repeat $(REPEAT)) $(foreach p,$(PARAMS),-p $(p)) $(EVIDENCE_ARGS)
 
 matrix: $(STAMP) ## the correctness scenarios on every installed PostgreSQL version into one bundle (VERSIONS=18,15)
-	$(BIN)/python -m evidence_lib matrix $(if $(VERSIONS),--versions $(VERSIONS)) $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(REPEAT),--repeat $(REPEAT)) $(foreach p,$(PARAMS),-p $(p)) $(EVIDENCE_ARGS)
+	$(BIN)/python -m evidence_lib matrix --jobs $(JOBS) $(if $(VERSIONS),--versions $(VERSIONS)) $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(REPEAT),--repeat $(REPEAT)) $(foreach p,$(PARAMS),-p $(p)) $(EVIDENCE_ARGS)
 
 compare: $(STAMP) ## compare two bundles: make compare OLD=outputs/<bundle> NEW=outputs/<bundle>
 	@test -n "$(OLD)" -a -n "$(NEW)" || { echo "usage: make compare OLD=outputs/<older bundle> NEW=outputs/<newer bundle>"; exit 2; }

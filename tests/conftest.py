@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from evidence_lib.pg import db, migrate
+from evidence_lib.pg import db, migrate, servers
 from evidence_lib.pg.db import Conn, Server
 
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[Server]:
-    with db.open_server(fast=True) as s:
+    with servers.open_server(fast=True) as s:
         yield s
 
 
@@ -40,5 +40,14 @@ def conn(db_url: str) -> Iterator[Conn]:
 def pytest_report_header() -> str:
     import os
 
-    asked = os.environ.get(db.PG_ENV) or f"{db.EMBEDDED_MAJOR} (embedded)"
+    asked = os.environ.get(servers.PG_ENV) or f"{servers.EMBEDDED_MAJOR} (embedded)"
     return f"PostgreSQL: {'DATABASE_URL' if os.environ.get('DATABASE_URL') else asked}"
+
+
+LONGEST_FIRST = ("test_smoke_run_of_every_notebook", "test_four_shards_merged_equal_the_unsharded_run")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first: pytest-xdist hands out tests in collection order, so a worker
+    starts each of them at once instead of last, when the others are done."""
+    items.sort(key=lambda item: item.originalname not in LONGEST_FIRST if isinstance(item, pytest.Function) else True)

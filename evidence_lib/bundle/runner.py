@@ -18,13 +18,15 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evidence_lib import KERNEL_NAME, MIGRATIONS_DIR, OUTPUTS_DIR, PROJECT_ROOT, progress
 from evidence_lib.bundle import manifest as facts
-from evidence_lib.bundle.notebooks import execute, finish
+from evidence_lib.bundle import schedule
+from evidence_lib.bundle.notebooks import execute, finish, interrupt_kernels
 from evidence_lib.bundle.params import (
     MATRIX_SCENARIOS,
     NOTEBOOKS_DIR,
@@ -38,11 +40,14 @@ from evidence_lib.bundle.progress import Clock, Say, Watcher
 from evidence_lib.bundle.result import DuplicateGate, Gate
 from evidence_lib.bundle.runs import NotebookRun
 from evidence_lib.bundle.writer import finish_bundle
+from evidence_lib.errors import BadInput
 from evidence_lib.mutation.coverage import COVERAGE_ENV
-from evidence_lib.pg import db, migrate, schema_sync
+from evidence_lib.pg import db, migrate, schema_sync, servers
 from evidence_lib.pg.control import ENV as CONTROL_ENV
+from evidence_lib.pg.db import ServerUnavailable
 
 __all__ = ["NOTEBOOKS_DIR", "SCENARIOS", "ParameterError", "gate_map", "parse_parameters", "run_evidence"]
+EXIT_NOT_PINNED = 3  # the migration artifact does not reproduce sql/: evidence of no pinned artifact
 RUNTIME_ENV = "JUPYTER_RUNTIME_DIR"  # where kernels put their connection files
 
 
@@ -54,6 +59,7 @@ class Plan:
     declared: dict[str, dict[str, Any]]
     cell_timeout: float
     matrix: bool
+    jobs: int = 1  # scenarios at once (bundle.schedule)
 
 
 def run_evidence(
@@ -64,34 +70,47 @@ def run_evidence(
     out: Path | None = None,
     cell_timeout: float = 600.0,
     versions: list[str] | None = None,
+    jobs: int = 1,
 ) -> int:
     """Run the selected notebooks into a new bundle; returns the exit code (0 only if all green,
-    130 when interrupted). `versions` (PostgreSQL majors) makes it a matrix run."""
+    130 when interrupted). `versions` (PostgreSQL majors) makes it a matrix run; `jobs` runs
+    that many scenarios at once (`bundle.schedule`)."""
     selected = select(scenarios)
+    schedule.phases(list(selected), jobs)  # --jobs 0 is refused before anything runs
     routed, declared = route_parameters(selected, params or {})
-    plan = Plan(selected, dict(params or {}), routed, declared, cell_timeout, matrix=bool(versions))
+    plan = Plan(selected, dict(params or {}), routed, declared, cell_timeout, matrix=bool(versions), jobs=jobs)
     say = Say(Clock())
     runs: list[NotebookRun] = []
     bundle: Path | None = None
     manifest: dict[str, Any] = {}
     interrupted = False
     runtime = _runtime_dir()
-    saved = {k: os.environ.get(k) for k in (RUNTIME_ENV, progress.ENV, CONTROL_ENV, db.ORIGIN_ENV, db.PG_ENV,
+    saved = {k: os.environ.get(k) for k in (RUNTIME_ENV, progress.ENV, CONTROL_ENV, servers.ORIGIN_ENV, servers.PG_ENV,
                                             COVERAGE_ENV)}  # fmt: skip
     os.environ[RUNTIME_ENV] = str(runtime)
     os.environ.pop(COVERAGE_ENV, None)
     try:
         plan_versions: list[str | None] = list(versions) if versions else [None]
         for pg in plan_versions:
-            say(f"starting PostgreSQL {pg or os.environ.get(db.PG_ENV) or db.EMBEDDED_MAJOR} ..." if not database_url
-                and not os.environ.get("DATABASE_URL") else "connecting to the server ...")  # fmt: skip
-            with db.open_server(database_url, pg=pg) as server:
-                if bundle is None:
-                    manifest = _manifest(plan, pg)
-                    bundle = out or OUTPUTS_DIR / f"{manifest['started_at_stamp']}-{manifest['revision'][:12]}"
-                    bundle.mkdir(parents=True, exist_ok=True)
-                    say(f"bundle {bundle}")
-                _on_server(server, plan, bundle, manifest, runs, say, runtime)
+            asked = pg or os.environ.get(servers.PG_ENV) or servers.EMBEDDED_MAJOR
+            say(f"starting PostgreSQL {asked} ..." if not database_url and not os.environ.get("DATABASE_URL")
+                else "connecting to the server ...")  # fmt: skip
+            if bundle is None:
+                manifest = _manifest(plan, pg)
+                bundle = out or OUTPUTS_DIR / f"{manifest['started_at_stamp']}-{manifest['revision'][:12]}"
+                bundle.mkdir(parents=True, exist_ok=True)
+                say(f"bundle {bundle}")
+            try:
+                with servers.open_server(database_url, pg=pg) as server:
+                    _on_server(server, plan, bundle, manifest, runs, say, runtime)
+            except ServerUnavailable as exc:
+                if not plan.matrix or isinstance(exc, BadInput):
+                    if not runs and not any(bundle.iterdir()):
+                        bundle.rmdir()  # nothing ran: no empty bundle left behind
+                    raise
+                # a major that cannot be fetched or started is named as not run, never dropped
+                manifest.setdefault("not_run", []).append({"major": pg, "reason": str(exc)})
+                say(f"PostgreSQL {pg}: not run: {exc}")
     except KeyboardInterrupt:
         interrupted = True
         say("interrupted: writing the bundle with what ran")
@@ -105,12 +124,16 @@ def run_evidence(
     if bundle is None:  # interrupted before the server was up: nothing ran, nothing is written
         return 130
     manifest.pop("started_at_stamp", None)
-    manifest["finished_at"] = dt.datetime.now(dt.UTC).isoformat()
+    manifest["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     manifest["interrupted"] = interrupted
-    manifest["passed"] = not interrupted and bool(runs) and all(r.passed for r in runs)
+    manifest["passed"] = not interrupted and bool(runs) and all(r.passed for r in runs) and not manifest.get("not_run")
     manifest["notebooks"] = [r.record() for r in runs]
     manifest["gates"] = gate_map(runs)
-    manifest["exit_code"] = 130 if interrupted else 0 if manifest["passed"] else 1
+    manifest["exit_code"] = (
+        130 if interrupted
+        else EXIT_NOT_PINNED if not manifest.get("schema_sync", {}).get("in_sync", True)
+        else 0 if manifest["passed"] else 1
+    )  # fmt: skip
     problems = finish_bundle(bundle, manifest, runs)
     for problem in problems:
         say(f"warning: {problem}")
@@ -149,7 +172,7 @@ def _manifest(plan: Plan, pg: str | None) -> dict[str, Any]:
             rev,
             [] if default else list(plan.selected),
             plan.overrides,
-            "" if plan.matrix else (pg or os.environ.get(db.PG_ENV, "")),
+            "" if plan.matrix else (pg or os.environ.get(servers.PG_ENV, "")),
             target="matrix" if plan.matrix else "evidence",
         ),
         "scenarios": list(plan.selected),
@@ -162,7 +185,7 @@ def _manifest(plan: Plan, pg: str | None) -> dict[str, Any]:
         "overrides": plan.overrides,
         "parameters": {},
         "cell_timeout_seconds": plan.cell_timeout,
-        "started_at": started.isoformat(),
+        "started_at": started.isoformat(timespec="seconds"),
         "started_at_stamp": started.strftime("%Y%m%dT%H%M%SZ"),
         "kernel": KERNEL_NAME,
     }
@@ -190,10 +213,10 @@ def _on_server(
         manifest["schema_sync"] = {"in_sync": False, "catalog_lines": sync.objects, "diff": sync.diff}
     _stamp(manifest, plan)
     say(f"PostgreSQL {settings['server_version']} ({server.origin or server.kind}); {sync.summary().splitlines()[0]}")
-    os.environ[db.PG_ENV] = major  # the notebooks check the server they are given against it
+    os.environ[servers.PG_ENV] = major  # the notebooks check the server they are given against it
     if server.control is not None:  # the notebooks may crash and restart the server this run owns
         os.environ[CONTROL_ENV] = server.control.to_env()
-        os.environ[db.ORIGIN_ENV] = server.origin
+        os.environ[servers.ORIGIN_ENV] = server.origin
     folder = f"pg{major}/" if plan.matrix else ""
     where = bundle / folder if folder else bundle
     for sub in ("html", "tables", "charts", "logs", "sidecars"):
@@ -201,29 +224,36 @@ def _on_server(
     if "mutation" in plan.selected and plan.routed[plan.selected["mutation"]].get("parts_oracle", True):
         # the scenarios record what each part executes, for the mutation sweep's parts oracle
         os.environ[COVERAGE_ENV] = str((where / "coverage").resolve())
-    for number, stem in enumerate(plan.selected.values(), start=1):
+    own_cluster = server.control is not None  # a crashing scenario may start a cluster of its own
+    runs_by_name: dict[str, NotebookRun] = {}
+    for name, stem in plan.selected.items():  # the bundle lists them in the order asked for
         run = NotebookRun(scenario=stem, notebook=f"{folder}{stem}.ipynb", pg=major, folder=folder)
+        alone = own_cluster and plan.jobs > 1 and name in schedule.OWN_CLUSTER
         run.parameters = facts.parameters_used(
             plan.declared[stem],
             plan.routed[stem],
-            {"database_url": db.redact(server.maintenance_url), "bundle_dir": folder or "."},
+            {"database_url": "" if alone else db.redact(server.maintenance_url), "bundle_dir": folder or "."},
         )
         manifest["parameters"][run.label] = run.parameters
         runs.append(run)
-        say(f"{run.label} ({number}/{len(plan.selected)}) ...")
-        progress_file = runtime / f"{stem}.progress"
-        os.environ[progress.ENV] = str(progress_file)
+        runs_by_name[name] = run
+    total = len(plan.selected)
+
+    def run_one(name: str) -> None:
+        stem, run = plan.selected[name], runs_by_name[name]
+        alone = own_cluster and plan.jobs > 1 and name in schedule.OWN_CLUSTER
+        say(f"{run.label} ({list(plan.selected).index(name) + 1}/{total}) ..."
+            + (" on a cluster of its own" if alone else ""))  # fmt: skip
+        progress_file = runtime / f"{stem}{major}.progress"
+        env = {progress.ENV: str(progress_file)}
+        if alone:  # the notebook starts a server of the same build (EVIDENCE_PG) and may crash it
+            env |= {"DATABASE_URL": "", CONTROL_ENV: "", servers.ORIGIN_ENV: ""}
         output = where / f"{stem}.ipynb"
+        url = "" if alone else server.maintenance_url
         try:
             with Watcher(progress_file, run.label, say):
-                execute(
-                    stem,
-                    output,
-                    {**plan.routed[stem], "database_url": server.maintenance_url, "bundle_dir": str(where.resolve())},
-                    where / "logs" / f"{stem}.log",
-                    plan.cell_timeout,
-                    run,
-                )
+                execute(stem, output, {**plan.routed[stem], "database_url": url, "bundle_dir": str(where.resolve())},
+                        where / "logs" / f"{stem}.log", plan.cell_timeout, run, env)  # fmt: skip
         finally:  # an interrupted notebook still gets its report, with what it got to
             _collect(where, stem, major, run)
             finish(output, where / "html", manifest, run)
@@ -233,6 +263,20 @@ def _on_server(
             f"{run.seconds:.1f} s)" + (f" red: {', '.join(red)}" if red else "")
             + (f" error: {run.error}" if run.error else "")
         )  # fmt: skip
+
+    started = time.monotonic()
+    try:
+        groups = schedule.phases(list(plan.selected), plan.jobs, shared_server=not own_cluster)
+        slots = schedule.run_phases(groups, plan.jobs, run_one,
+                                    on_interrupt=interrupt_kernels)  # fmt: skip
+    finally:
+        manifest.setdefault("schedule", []).append({"pg": major, "jobs": plan.jobs,
+                                                    "wall_seconds": round(time.monotonic() - started, 1)})  # fmt: skip
+    for slot in slots:
+        runs_by_name[slot.name].started_at, runs_by_name[slot.name].finished_at = slot.started, slot.finished
+    path = {s.name for s in schedule.critical_path(slots)}
+    for name in path:
+        runs_by_name[name].critical = True
 
 
 def _stamp(manifest: dict[str, Any], plan: Plan) -> None:

@@ -29,6 +29,9 @@ class NotebookRun:
     targets_missed: list[str] = field(default_factory=list)  # measurements below target (not gates)
     pg: str = ""  # the server's major version
     folder: str = ""  # "" in a one-server bundle, "pg15/" in a matrix bundle
+    started_at: float = 0.0  # seconds after the run's start (scenarios may run side by side)
+    finished_at: float = 0.0
+    critical: bool = False  # it ended its phase last: on the run's critical path
 
     @property
     def passed(self) -> bool:
@@ -117,7 +120,7 @@ def header_html(manifest: dict[str, Any], verdict: str, *, title: str, pg: str =
     bg, fg = verdict_colour(verdict)
     artifact = manifest["migration_artifact"]
     rows = [
-        ("verdict", f'<span style="background:{bg};color:{fg};font-weight:bold;padding:2px 6px">'
+        ("verdict", f'<span data-verdict style="background:{bg};color:{fg};font-weight:bold;padding:2px 6px">'
                     f"{html.escape(verdict)}</span>"),
         ("revision", f"<code>{html.escape(manifest['revision'])}</code>"
                      + (" (dirty tree)" if manifest.get("dirty") else "")),

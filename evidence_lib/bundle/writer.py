@@ -30,6 +30,9 @@ def finish_bundle(bundle: Path, manifest: dict[str, Any], runs: list[NotebookRun
     write_index(bundle, manifest, runs)
     summary = summary_markdown(bundle, manifest, runs)
     (bundle / "summary.md").write_text(summary)
+    problems += reviewed(bundle, manifest)
+    if manifest.get("review"):
+        write_manifest(bundle, manifest)
     step_summary = os.environ.get(STEP_SUMMARY_ENV)
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as sink:
@@ -38,6 +41,26 @@ def finish_bundle(bundle: Path, manifest: dict[str, Any], runs: list[NotebookRun
     if archive.stat().st_size > ZIP_LIMIT:
         problems.append(f"bundle.zip is {archive.stat().st_size / 1e6:.1f} MB (GitHub's limit is 25 MB)")
     return problems
+
+
+def reviewed(bundle: Path, manifest: dict[str, Any]) -> list[str]:
+    """The pages checked in headless Chromium (screenshots in review/) and report.pdf printed,
+    when a Chromium is here; otherwise said plainly, in the manifest and the problems."""
+    from evidence_lib.bundle import review
+
+    missing = review.browser_missing()
+    if missing:
+        manifest["review"] = {"skipped": missing}
+        return [f"pages not checked in a browser and no report.pdf: {missing}"]
+    try:
+        reviews = review.review_bundle(bundle)
+        review.print_pdf(bundle)
+    except Exception as exc:  # a browser that fails to start must not lose the bundle
+        manifest["review"] = {"skipped": f"the browser failed: {exc}"}
+        return [f"pages not checked in a browser: {exc}"]
+    bad = [r for r in reviews if not r.passed]
+    manifest["review"] = {"pages": len(reviews), "failed": {r.page: r.problems for r in bad}, "pdf": "report.pdf"}
+    return [f"review: {r.page}: {'; '.join(f'{k}: {v[0]}' for k, v in r.problems.items())}" for r in bad]
 
 
 def html_sizes(bundle: Path) -> dict[str, int]:

@@ -23,6 +23,7 @@ F = "(select flow_slug from engine.flows order by flow_slug limit 1)"
 S = "(select flow_slug, step_slug from engine.steps order by 1, 2 limit 1)"
 V1RUN = "(select run_id from engine.runs where protocol = 'v1' and status = 'started' order by run_id limit 1)"
 RUN = "(select run_id from engine.runs order by run_id limit 1)"
+STATE = "(select run_id from engine.step_states order by run_id limit 1)"
 STARTED = "(select run_id from engine.runs where status = 'started' order by run_id limit 1)"
 TASK = "(select run_id, step_slug from engine.step_tasks where message_id is not null order by 1, 2 limit 1)"
 CLEAN = "(select run_id from engine.run_work where health = 'clean' order by run_id limit 1)"
@@ -76,8 +77,8 @@ CHECKS: dict[str, tuple[str, str]] = {
                                            f"{V1RUN}"),
     "step_states_are_identified_by_run_and_step": ("23505", "insert into engine.step_states select * from "
                                                    "engine.step_states order by 1, 2 limit 1"),
-    "step_state_status_is_known": ("23514", f"update engine.step_states set status = 'x' where run_id = {RUN}"),
-    "remaining_deps_is_not_negative": ("23514", f"update engine.step_states set remaining_deps = -1 where run_id = {RUN}"),
+    "step_state_status_is_known": ("23514", f"update engine.step_states set status = 'x' where run_id = {STATE}"),
+    "remaining_deps_is_not_negative": ("23514", f"update engine.step_states set remaining_deps = -1 where run_id = {STATE}"),
     "step_tasks_are_identified_by_run_step_and_index": ("23505", "insert into engine.step_tasks (run_id, step_slug, "
                                                         "flow_slug, task_index) select run_id, step_slug, flow_slug, "
                                                         "task_index from engine.step_tasks order by 1, 2 limit 1"),

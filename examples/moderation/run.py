@@ -15,7 +15,7 @@ from typing import Any
 
 from evidence_lib.engine import v1
 from evidence_lib.engine.flows import compile_flow
-from evidence_lib.pg import db, migrate
+from evidence_lib.pg import db, migrate, servers
 from evidence_lib.pg.db import connect
 from evidence_lib.workers.config import WorkerConfig
 from evidence_lib.workers.v1 import Worker
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fetch-ms", type=float, default=50.0, help="latency of the (simulated) forum API")
     args = parser.parse_args(argv)
     ok = True
-    with db.open_server() as server:
+    with servers.open_server() as server:
         for mode in ["flow", "step"] if args.mode == "both" else [args.mode]:
             with db.scratch_database(server, prefix="moderation") as url:
                 migrate.apply_migrations(url)

@@ -12,14 +12,14 @@ from psycopg import sql
 
 from evidence_lib.engine.flows import QueueMode
 from evidence_lib.errors import EvidenceError
-from evidence_lib.pg import db, migrate
+from evidence_lib.pg import db, migrate, servers
 from evidence_lib.pg.db import Server, connect
 
 
 @contextlib.contextmanager
 def scenario_server(database_url: str = "") -> Iterator[Server]:
     """The server a scenario runs on: `database_url`, else `DATABASE_URL`, else a throwaway one."""
-    with db.open_server(database_url or None) as server:
+    with servers.open_server(database_url or None) as server:
         yield server
 
 
