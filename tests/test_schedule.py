@@ -15,10 +15,10 @@ NAMES = ["ab_proof", "response_loss", "races", "performance", "negative_controls
 
 def test_performance_runs_alone_after_everything_and_mutation_after_the_others() -> None:
     assert schedule.phases(NAMES, 2) == [
-        ["ab_proof", "response_loss", "races", "negative_controls"], ["mutation"], ["performance"]
+        ["races", "negative_controls", "ab_proof", "response_loss"], ["mutation"], ["performance"]
     ]
     assert schedule.phases(NAMES, 2, shared_server=True) == [
-        ["ab_proof", "races"], ["response_loss"], ["negative_controls"], ["mutation"], ["performance"]
+        ["races", "ab_proof"], ["response_loss"], ["negative_controls"], ["mutation"], ["performance"]
     ]
     assert schedule.phases(NAMES, 1) == [[n] for n in NAMES]
 

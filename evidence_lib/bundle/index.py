@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from evidence_lib.bundle.result import to_the_second
 from evidence_lib.bundle.runs import NotebookRun, header_html, overall_verdict, verdict_colour
 
 LIMITATIONS = [
@@ -142,7 +143,7 @@ def _gate_group(scenario: str, members: list[NotebookRun], matrix: bool) -> tupl
             g = next(iter(by_version.values()))
             row, detail = _cell("PASS" if g["passed"] else "FAIL"), str(g.get("detail", ""))
         rows.append(f"<tr><td>{html.escape(mode)}</td><td>{html.escape(name)}</td>{row}"
-                    f"<td>{html.escape(detail)}</td></tr>")  # fmt: skip
+                    f"<td>{html.escape(to_the_second(detail))}</td></tr>")  # fmt: skip
     head = "".join(f"<th>PostgreSQL {html.escape(v)}</th>" for v in versions) if matrix else "<th>verdict</th>"
     summary = f"{html.escape(scenario)}: {len(cells) - red}/{len(cells)} green" + (f", {red} red" if red else "")
     table = (

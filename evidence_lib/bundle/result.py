@@ -8,9 +8,11 @@ only displays and saves it. `save(bundle_dir)` writes the JSON sidecar the runne
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import logging
 import math
+import re
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,9 +67,25 @@ def _number(value: Any) -> str:
     return f"{number:.3g}" if abs(number) < 1 else f"{number:,.2f}"
 
 
+FRACTION_OF_A_SECOND = re.compile(r"(\d{2}:\d{2}:\d{2})[.,]\d+")
+
+
+def to_the_second(value: Any) -> Any:
+    """A time of day as a page shows it: to the second (the tables and sidecars keep every digit)."""
+    if isinstance(value, dt.datetime):
+        return value.replace(microsecond=0)
+    return FRACTION_OF_A_SECOND.sub(r"\1", value) if isinstance(value, str) else value
+
+
 def present(frame: pd.DataFrame) -> Any:
-    """A table as a report shows it (see ScenarioResult.show)."""
+    """A table as a report shows it (see ScenarioResult.show): no index, numbers rounded, times
+    to the second."""
     tidied = tidy(frame)
+    for column in tidied.columns:
+        if pd.api.types.is_datetime64_any_dtype(tidied[column]):
+            tidied[column] = tidied[column].dt.floor("s")
+        elif tidied[column].dtype == object:
+            tidied[column] = tidied[column].map(to_the_second)
     floats: list[Hashable] = [c for c in tidied.columns if pd.api.types.is_float_dtype(tidied[c])]
     styler = tidied.style.hide(axis="index").format(na_rep="—")
     if floats:
@@ -173,7 +191,7 @@ class ScenarioResult:
             return frame
         return frame.style.map(
             lambda v: PASS_STYLE if v == "PASS" else FAIL_STYLE if v == "FAIL" else "", subset=["verdict"]
-        ).hide(axis="index")
+        ).format(to_the_second).hide(axis="index")
 
     def verdict(self) -> str:
         failed = [

@@ -20,6 +20,7 @@ from evidence_lib.errors import BadInput
 
 ALONE = ("performance",)  # timing: nothing else may run meanwhile
 AFTER_OTHERS = ("mutation",)  # reads the coverage the other scenarios recorded in this bundle
+LONGEST = ("races", "model_check", "negative_controls")  # start these first, so no slot idles at the end
 OWN_CLUSTER = ("response_loss", "negative_controls", "mutation")  # crash and restart a server
 
 
@@ -51,6 +52,7 @@ def phases(names: list[str], jobs: int, *, shared_server: bool = False) -> list[
         return [[n] for n in names]
     single = set(ALONE) | (set(OWN_CLUSTER) if shared_server else set())
     first = [n for n in names if n not in single and n not in AFTER_OTHERS]
+    first.sort(key=lambda n: LONGEST.index(n) if n in LONGEST else len(LONGEST))  # stable: the rest keep their order
     by_itself = [[n] for n in names if n in single - set(ALONE) - set(AFTER_OTHERS)]
     after = [n for n in names if n in AFTER_OTHERS]
     alone = [[n] for n in names if n in ALONE]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -344,14 +345,33 @@ def run_spec(
     repeat: int = 1,
     timeout: float = 10.0,
     inspect: Inspect | None = None,
+    jobs: int = 1,
 ) -> list[PermutationRun]:
-    """Every permutation `repeat` times, each on a fresh database; every attempt is kept."""
+    """Every permutation `repeat` times, each on a fresh database; every attempt is kept, in plan
+    order. `jobs` permutations run at once: each has its own database, its own sessions and its
+    own controller, and every lock it proves (row locks, advisory locks) lives in that database,
+    so runs side by side cannot order each other; `inspect` is called one run at a time."""
     plan = [(attempt, permutation) for attempt in range(1, repeat + 1) for permutation in spec.interleavings()]
-    runs = []
-    for done, (attempt, permutation) in enumerate(plan):
-        progress.report(f"{spec.name} ({mode})", done, len(plan), unit="permutation runs")
-        runs.append(run_permutation(spec, mode, permutation, database, attempt, timeout, inspect))
-    return runs
+    lock = threading.Lock()
+    done = 0
+
+    def checked(ctx: RaceContext, run: PermutationRun) -> None:
+        assert inspect is not None
+        with lock:
+            inspect(ctx, run)
+
+    def one_run(attempt: int, permutation: tuple[str, ...]) -> PermutationRun:
+        nonlocal done
+        run = run_permutation(spec, mode, permutation, database, attempt, timeout, checked if inspect else None)
+        with lock:
+            done += 1
+            progress.report(f"{spec.name} ({mode})", done, len(plan), unit="permutation runs")
+        return run
+
+    if jobs <= 1:
+        return [one_run(attempt, permutation) for attempt, permutation in plan]
+    with futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="permutation") as pool:
+        return list(pool.map(lambda item: one_run(*item), plan))
 
 
 def transcript(runs: list[PermutationRun]) -> str:

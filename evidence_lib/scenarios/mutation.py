@@ -42,7 +42,7 @@ def _revision() -> str:
 
 
 def run(
-    sample: int = 60,
+    sample: int = 20,
     since: str = "",
     full: bool = False,
     objects: str = "",

@@ -54,6 +54,9 @@ def run(
 
 
 DEADLOCK = "40P01"
+# permutations run at once, each on its own database (harness.isolation.run_spec): a permutation
+# mostly waits for the server (a clone, sessions, proven lock waits), so three keep two cores busy
+PERMUTATION_JOBS = 3
 
 
 def deadlocks(url: str) -> int:
@@ -73,7 +76,7 @@ def _spec_part(spec: RaceSpec, repeat: int, timeout: float) -> Part:
             with ctx.connect() as conn:
                 consistency.check(result, conn, mode, f"{run.race} {' '.join(run.permutation)} #{run.attempt}")
 
-        runs = run_spec(spec, mode, databases, repeat=repeat, timeout=timeout, inspect=inspect)
+        runs = run_spec(spec, mode, databases, repeat=repeat, timeout=timeout, inspect=inspect, jobs=PERMUTATION_JOBS)
         record(result, spec, mode, runs)
         hit = [r for r in runs if any(DEADLOCK in line for line in [*r.lines, r.error])]
         result.gate(

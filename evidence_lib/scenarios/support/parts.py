@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -115,10 +116,12 @@ class Databases:
         self.server, self.template, self.hooks, self.prefix = server, template, hooks, prefix
         self.coverage = coverage
         self.executed: Counter[str] = Counter()  # engine function -> calls, with `coverage`
+        self._counting = threading.Lock()  # clones may be dropped by several threads at once
 
     def _count(self, database: str, calls: dict[str, int]) -> None:
         if database.startswith(self.prefix) or database.startswith("model"):
-            self.executed.update(calls)
+            with self._counting:
+                self.executed.update(calls)
 
     @contextlib.contextmanager
     def collecting(self) -> Iterator[None]:
