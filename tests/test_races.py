@@ -8,10 +8,10 @@ import pytest
 from evidence_lib.engine.flows import QueueMode
 from evidence_lib.harness.isolation import RaceSpec, Release, Step, interleave, run_spec, transcript
 from evidence_lib.pg.db import Server
-from evidence_lib.scenarios import race_setups, race_specs, race_specs_next, races
+from evidence_lib.scenarios import race_setups, race_specs, races
 from evidence_lib.scenarios.support.parts import clones
 
-SPECS = {spec.name: spec for spec in race_specs.ALL + race_specs_next.ALL}
+SPECS = {spec.name: spec for spec in races.SPECS}
 
 
 @pytest.mark.parametrize("mode", ["flow", "step"])

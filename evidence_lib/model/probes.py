@@ -20,6 +20,7 @@ def probes(m: Checker) -> None:
     probes_v2.reconcile_next(m)
     probes_v2.wakeups(m, "Env900")
     probes_v2.inputs(m)
+    probes_v2.step_options(m)
     probes_v1.two_roots(m)
     probes_v2._flow(m, "Tamper", {}, {})
     probes_v2.definition_changes(m, "Tamper")

@@ -198,11 +198,63 @@ def wakeups(m: Checker, slug: str) -> None:
     m.check(ops.settle(claim, "completed", {"w": 1}, "fresh", run))
     m.check(ops.reconcile(run, 8))
     m.check(ops_more.unlisten(None))
+    m.check(ghost_listener("engine_v2_dirty"))
+    m.check(ops_more.unlisten(None))
 
 
 def v2_calls_on_v1(m: Checker, run: str) -> None:
     m.check(ops.reconcile(run, 8))
     m.check(ops.claim(run, "A", "v1d__a", [1], 1, "v1 run"))
+    m.check(ops.claim(run, "Z", "v1d__a", [1], 1, "v1 run, a step its flow does not have"))  # DR015 first
+
+
+def step_options(m: Checker) -> None:
+    """A (timeout 20 s) -> B (timeout 40 s): each claim's lease and options are its own step's,
+    not the flow's first step's. B's claim is taken over, the new claim fails (which fails the
+    run) and the revoked one then settles: a stale receipt carries the run's requested generation,
+    which is ahead of the processed one (nothing reconciled the failure yet)."""
+    _flow(m, "Opts", {"timeout": 20}, {"timeout": 40})
+    run = _start(m, "Opts")
+    assert run is not None
+    queues = m.model.flows["Opts"].queues
+    msg = m.msg_ids.get((run, "A"))
+    m.check(ops.claim(run, "A", queues["A"], [msg], msg, "right"))
+    first = next(c for c, v in m.model.claims.items() if v.run == run)
+    m.check(ops.settle(first, "completed", {"a": 1}, "fresh", run))
+    m.check(ops.reconcile(run, 8))
+    msg = m.msg_ids.get((run, "B"))
+    m.check(ops.claim(run, "B", queues["B"], [msg], msg, "right"))
+    revoked = next(c for c, v in m.model.claims.items() if v.run == run and v.step == "B")
+    m.advance(43)  # past B's lease horizon: timeout 40 s + 2 s
+    m.check(ops.take_over(run, "B", revoked, queues["B"], msg, "current claim"))
+    current = next(c for c, v in m.model.claims.items() if v.run == run and v.step == "B" and v.state == "current")
+    m.check(ops.settle(current, "failed", {"error": "boom"}, "fresh", run))
+    m.check(ops.settle(revoked, "completed", {"b": 1}, "fresh", run))
+
+
+GHOST_PID = 2147483647  # no session has this pid
+
+
+def ghost_listener(channel: str) -> Op:
+    """A registration left by a session that is gone (its backend exited without v2_unlisten),
+    then v2_listen on the same channel: the ghost is swept, else it could take the one wake-up."""
+
+    def real(conn: Conn) -> tuple[Outcome, Any]:
+        def go() -> tuple[Outcome, Any]:
+            conn.execute("insert into engine.listeners (channel, pid, listening_since) "
+                         "values (%s, %s, now() - interval '1 hour')", (channel, GHOST_PID))  # fmt: skip
+            conn.execute("select engine.v2_listen(%s)", (channel,))
+            left = conn.execute("select count(*) from engine.listeners where pid = %s", (GHOST_PID,)).fetchone()
+            return Outcome("value", ("ghosts left", left[0] if left else None)), None
+
+        return ops.call(conn, go)
+
+    def model(m: Model, ids: Any, now: Window) -> Outcome:
+        listened = m.listen(channel)
+        return listened if listened.kind == "error" else Outcome("value", ("ghosts left", 0))
+
+    return Op("ghost_listener", f"(a session gone) listeners row on {channel}, then v2_listen {channel}", real,
+              model)  # fmt: skip
 
 
 def inputs(m: Checker) -> None:

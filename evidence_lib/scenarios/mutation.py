@@ -54,8 +54,16 @@ def run(
     bundle_dir: str = "",
 ) -> ScenarioResult:
     """Judge the mutants of this run; `full` judges every one (the sample and `since` then ignored)."""
-    params = {"sample": sample, "since": since, "full": full, "objects": objects, "jobs": jobs,
-              "oracle_examples": oracle_examples, "parts_oracle": parts_oracle, "history": history}
+    params = {
+        "sample": sample,
+        "since": since,
+        "full": full,
+        "objects": objects,
+        "jobs": jobs,
+        "oracle_examples": oracle_examples,
+        "parts_oracle": parts_oracle,
+        "history": history,
+    }
     result = ScenarioResult(SCENARIO, "Mutation analysis: generated defects judged by the evidence", params)
     revision = _revision()
     settings = Settings(

@@ -18,7 +18,7 @@ from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine.flows import QueueMode
 from evidence_lib.harness.isolation import PermutationRun, RaceContext, RaceSpec, run_spec, transcript
 from evidence_lib.pg.db import connect, one
-from evidence_lib.scenarios import race_specs, race_specs_next
+from evidence_lib.scenarios import race_specs, race_specs_next, race_specs_v1
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import Databases, Part, PartSpec, candidate_databases, run_parts
 from evidence_lib.scenarios.support.setup import modes, scenario_server
@@ -53,6 +53,7 @@ def run(
     return result
 
 
+SPECS = race_specs.ALL + race_specs_next.ALL + race_specs_v1.ALL
 DEADLOCK = "40P01"
 # permutations run at once, each on its own database (harness.isolation.run_spec): a permutation
 # mostly waits for the server (a clone, sessions, proven lock waits), so three keep two cores busy
@@ -67,7 +68,7 @@ def deadlocks(url: str) -> int:
 
 def parts(repeat: int = 3, timeout: float = 10.0) -> list[PartSpec]:
     """One part per spec: every interleaving `repeat` times, each on a fresh database."""
-    return [PartSpec(spec.name, _spec_part(spec, repeat, timeout)) for spec in (race_specs.ALL + race_specs_next.ALL)]
+    return [PartSpec(spec.name, _spec_part(spec, repeat, timeout)) for spec in SPECS]
 
 
 def _spec_part(spec: RaceSpec, repeat: int, timeout: float) -> Part:
@@ -220,7 +221,7 @@ def accept(
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     with server_of(database_url) as server, candidate_databases(server, prefix="race") as databases:
-        for spec in race_specs.ALL + race_specs_next.ALL:
+        for spec in SPECS:
             texts: list[str] = []
             for mode in ("flow", "step"):
                 text = transcript(run_spec(spec, mode, databases))

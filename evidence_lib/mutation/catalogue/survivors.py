@@ -11,6 +11,9 @@ CLOCK = Target("security", "refusals", ("the_test_clock_is_refused_to_a_login_th
 NAME_LOCK = Target("queue_identity", "concurrent_definitions", ("colliding_definitions_serialize_on_the_name_lock",),
                    None)  # fmt: skip
 
+TOUR = Target("model_check", "tour", ("the_tour_of_every_operation_agrees_with_the_model",))
+V1_FAIL = Target("races", "v1_fail_vs_start_tasks", ("v1_fail_vs_start_tasks_transcript_matches_expected",))
+
 SURVIVORS: tuple[Control, ...] = (
     Control(
         "test_clock_obeyed_for_any_login",
@@ -39,8 +42,44 @@ SURVIVORS: tuple[Control, ...] = (
     Control(
         "queue_name_holder_not_looked_up_in_steps",
         "CONTRACT 1: DR012 names who holds the name, a step's private queue of another flow included",
-        (Target("queue_identity", "concurrent_definitions",
-                ("after_the_wait_the_same_flow_is_returned_and_a_collision_refused_naming_the_holder",), None),),
+        (
+            Target(
+                "queue_identity",
+                "concurrent_definitions",
+                ("after_the_wait_the_same_flow_is_returned_and_a_collision_refused_naming_the_holder",),
+                None,
+            ),
+        ),
         generated="fefb49586441",
+    ),
+    Control(
+        "claim_options_of_the_flows_first_step",
+        "CONTRACT 5 claim: a claim's lease and options are its own step's (the probe step_options: A 20 s, B 40 s)",
+        (TOUR,),
+        generated="22591aa44ceb",
+    ),
+    Control(
+        "stale_receipt_carries_the_processed_generation",
+        "CONTRACT 5 settle: stale and terminal receipts carry the run's current requested generation",
+        (TOUR,),
+        generated="be1996133ce7",
+    ),
+    Control(
+        "listen_never_sweeps_a_gone_session",
+        "docs/contract.md wake-ups: v2_listen sweeps the rows of sessions that are gone (else one takes a wake-up)",
+        (TOUR,),
+        generated="5056478aea5e",
+    ),
+    Control(
+        "delivery_checks_the_step_before_the_protocol",
+        "CONTRACT 8: a v2 call on a v1 run is refused DR015 before the step is looked at",
+        (TOUR,),
+        generated="f86dc648176f",
+    ),
+    Control(
+        "fail_run_passes_over_a_locked_task",
+        "CONTRACT 6 lock order: v1 _fail_run locks the unfinished tasks in order, then messages (no deadlock)",
+        (V1_FAIL,),
+        generated="a8f0226022a2",
     ),
 )

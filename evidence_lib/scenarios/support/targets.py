@@ -68,6 +68,7 @@ def run_target(server: Server, template: str, target: Target, deadline: float, t
     prefix = f"nc{tag}"
     databases = clones(server, template, prefix=prefix, coverage=coverage)
     started = time.perf_counter()
+
     def go() -> None:
         with sub.capture_logs(), databases.collecting():  # a part may read its own log lines
             run_part(sub, spec, databases, target.mode)
