@@ -159,23 +159,29 @@ class IdleCost:
         return self.server_transactions / self.seconds
 
 
+# an idle backend reports its transactions to the cumulative statistics up to 10 s late
+# (PGSTAT_IDLE_INTERVAL); one that exits reports them at once. The window opens once every
+# process's start-up transactions were reported and closes once every process has exited.
+IDLE_WARMUP = 11.0
 XACTS = "select xact_commit + xact_rollback from pg_catalog.pg_stat_database where datname = current_database()"
 
 
 def idle_cost(url: str, system: System, workers: int, seconds: float) -> IdleCost:
     """An idle pool (nothing started) and its reconciler for `seconds`: the round trips its
-    processes sent (counted by each client) and the transactions the server counted."""
+    processes sent (counted by each client) and the transactions the server counted (its
+    processes stopped at the end of the window, so their last transactions are reported too)."""
     prepare(url, system)
     pool = specs(system, workers, {"rate": 0})
     with run_case(url, pool) as (handle, finish), connect(url, application_name="perf_idle") as conn:
-        time.sleep(1.5)  # every waiter registered (not an ordering)
+        time.sleep(IDLE_WARMUP)  # every waiter registered, its start-up reported (not an ordering)
         handle.reset.set()
         conn.execute("select pg_catalog.pg_stat_clear_snapshot()")
         x0, t0 = int(one(conn, XACTS)), time.perf_counter()
         time.sleep(seconds)  # the measuring window
-        conn.execute("select pg_catalog.pg_stat_clear_snapshot()")
-        x1, t1 = int(one(conn, XACTS)), time.perf_counter()
         calls, _ = finish()
+        t1 = time.perf_counter()
+        conn.execute("select pg_catalog.pg_stat_clear_snapshot()")
+        x1 = int(one(conn, XACTS))
     ours = 2  # this session's own reads of the counter inside the window
     return IdleCost(t1 - t0, sum(len(v) for v in calls.samples.values()), max(0, x1 - x0 - ours))
 

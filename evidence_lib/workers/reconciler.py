@@ -141,15 +141,17 @@ class Reconciler:
         )
 
     def pass_once(self, conn: Conn) -> int:
-        """Reconcile due runs, `pipeline` calls per round trip, until none is due or `batch`
-        calls were made; returns the calls that reconciled a run."""
+        """Reconcile due runs until none is due or `batch` calls were made; returns the calls that
+        reconciled a run. A pass starts with one call per round trip and doubles it, up to
+        `pipeline`, while every call finds a run: an idle look costs one transaction, not
+        `pipeline` of them, and a backlog still travels `pipeline` calls at a time."""
         self.stats.passes += 1
-        calls = 0
+        calls, depth = 0, 1
         while calls < self.batch:
             refused = len(self.refused)
             self.stats.round_trips += 1
             with self.timed("v2_reconcile"):
-                answers = v2.reconcile_next_many(conn, min(self.pipeline, self.batch - calls), self.max_actions,
+                answers = v2.reconcile_next_many(conn, min(depth, self.batch - calls), self.max_actions,
                                                  list(self.refused))  # fmt: skip
             done = 0
             for answer in answers:
@@ -161,6 +163,7 @@ class Reconciler:
             calls += done
             if done < len(answers) and len(self.refused) == refused:
                 break  # something came back with nothing due (a refused run is skipped and the pass goes on)
+            depth = min(self.pipeline, depth * 2)
         return calls
 
     def drain(self) -> None:
