@@ -128,7 +128,8 @@ def lone_latencies(url: str, system: System, runs: int, workers: int = 1, deadli
 
 def paced_latencies(url: str, system: System, workers: int, rate: float, seconds: float,
                     drain: float = 5.0) -> list[float]:  # fmt: skip
-    """Runs started at `rate` per second for `seconds`; then at most `drain` s for the last ones."""
+    """Runs started at `rate` per second for `seconds`; then at most `drain` s, with the pool still
+    running (and the producer still starting runs, which are not counted), for the last of them."""
     prepare(url, system)
     pool = specs(system, workers, {"rate": rate})
     with run_case(url, pool) as (_, finish), connect(url, application_name="perf_paced") as conn:
@@ -136,11 +137,12 @@ def paced_latencies(url: str, system: System, workers: int, rate: float, seconds
         since = one(conn, "select clock_timestamp()")
         time.sleep(seconds)  # the measuring window
         until = one(conn, "select clock_timestamp()")
-        finish()
-        left = f"select count(*) from {runs_table(system)} where flow_slug = %s and status = 'started'"
+        left = (f"select count(*) from {runs_table(system)} where flow_slug = %s and status = 'started' "
+                "and started_at <= %s")  # fmt: skip
         stop_at = time.monotonic() + drain
-        while one(conn, left, (SLUG,)) and time.monotonic() < stop_at:
-            time.sleep(0.05)  # nothing more is started; the last runs may still be running
+        while one(conn, left, (SLUG, until)) and time.monotonic() < stop_at:
+            time.sleep(0.05)  # the runs of the window may still be running: read the database again
+        finish()
     return _latencies(url, system, since, until)
 
 

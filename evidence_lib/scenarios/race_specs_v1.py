@@ -1,11 +1,17 @@
-"""A race of the v1 engine: the last failure of one task fails the run and terminalizes every
-unfinished task of it (`_fail_run`), while a v1 worker is starting a sibling task. `start_tasks`
+"""Races of the v1 engine.
+
+`v1_start_vs_add_step`: a run starts while its flow is being redefined; start_flow waits for the
+definition (a generated mutant that skipped the locked flow row, `for share skip locked`, answered
+"unknown flow").
+
+`v1_fail_vs_start_tasks`: the last failure of one task fails the run and terminalizes every
+unfinished task of it (`_fail_run`) while a v1 worker is starting sibling tasks. `start_tasks`
 locks the task row without the run's lock, so the failure must wait for that worker's
 transaction and then terminalize what it started. `_fail_run` first locks the unfinished tasks in
 the order (step_slug, task_index), then their messages: a failure that passed over the task the
 worker holds (`for update skip locked`, a generated mutant that once survived) locks the next one
 ahead of it and then waits for the held task's message, while the worker waits for that next task:
-a deadlock, and one of the two calls fails."""
+a deadlock."""
 
 from __future__ import annotations
 
@@ -73,4 +79,37 @@ FAIL_VS_START_TASKS = RaceSpec(
     checks=(Check("nothing_unfinished_in_the_failed_run", nothing_unfinished_in_the_failed_run),),
 )
 
-ALL: tuple[RaceSpec, ...] = (FAIL_VS_START_TASKS,)
+ADD_B = "select step_slug from engine.add_step(%(flow)s, 'B', array['A'])"
+START_FLOW = "select engine.start_flow(%(flow)s, '{}'::jsonb) is not null as started"
+
+
+def one_step_a(conn: Conn, mode: QueueMode) -> dict[str, Any]:
+    """A v1 flow of one step A, no run yet."""
+    flow: Flow[str] = Flow(SLUG, max_attempts=1, base_delay=1, timeout=30)
+    flow.add("A", identity)
+    compile_flow(conn, with_step_queues(flow) if mode == "step" else flow)
+    return {"flow": SLUG}
+
+
+def the_run_has_the_committed_definition(ctx: RaceContext) -> Result:
+    """The run started, with a step state for each step of the definition it saw: A alone if it
+    started before the redefinition committed, A and B if after (never an error: it waited)."""
+    states = ctx.one("select count(*) from engine.step_states where flow_slug = %s", ctx.params["flow"])
+    remaining = ctx.one("select remaining_steps from engine.runs where flow_slug = %s", ctx.params["flow"])
+    ok = not ctx.errors and states == remaining and states in (1, 2)
+    return ok, f"{states} step state(s), remaining_steps {remaining}, errors {sorted(ctx.errors)}"
+
+
+START_VS_ADD_STEP = RaceSpec(
+    name="v1_start_vs_add_step",
+    description="a v1 run starts while an open transaction adds step B to its flow: start_flow waits on the "
+    "definition (the flow row, for share) and starts with the definition that committed",
+    setup=one_step_a,
+    sessions={
+        "d1": (Step("d1_begin", "begin"), Step("d1_add_b", ADD_B, ("step_slug",)), Step("d1_commit", "commit")),
+        "w1": (Step("w1_start_flow", START_FLOW, ("started",)),),
+    },
+    checks=(Check("the_run_has_the_committed_definition", the_run_has_the_committed_definition),),
+)
+
+ALL: tuple[RaceSpec, ...] = (FAIL_VS_START_TASKS, START_VS_ADD_STEP)

@@ -82,4 +82,10 @@ SURVIVORS: tuple[Control, ...] = (
         (V1_FAIL,),
         generated="a8f0226022a2",
     ),
+    Control(
+        "start_flow_skips_a_flow_being_redefined",
+        "CONTRACT 6 lock order: v1 start_flow waits for the definition (the flow row, for share)",
+        (Target("races", "v1_start_vs_add_step", ("v1_start_vs_add_step",)),),
+        generated="6fe20cebdd30",
+    ),
 )
