@@ -12,6 +12,7 @@ import pytest
 
 from evidence_lib.bundle import review
 from evidence_lib.bundle.cli import main
+from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.bundle.runner import run_evidence
 
 MISSING = review.browser_missing()
@@ -78,3 +79,10 @@ def test_the_review_command_refuses_a_folder_that_is_not_a_bundle(
     assert main(["review", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not a bundle" in err
+
+
+def test_a_table_the_scenario_never_recorded_is_shown_as_a_note_not_an_error() -> None:
+    """A scenario that stopped early (every gate red) still renders every later cell of its report."""
+    result = ScenarioResult("00_demo", "demo", {})
+    html = result.show("rows_after_every_step").to_html()
+    assert "no table rows_after_every_step" in html and "<th" in html

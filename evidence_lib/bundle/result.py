@@ -155,7 +155,11 @@ class ScenarioResult:
 
     def show(self, name: str) -> Any:
         """Table `name` for a report: no index column, integers as integers, "—" for missing
-        values, every row and column, no cell cut short (a pandas Styler)."""
+        values, every row and column, no cell cut short (a pandas Styler). A table the scenario
+        never recorded (it stopped before, see its red gates) is shown as a one-line note, so the
+        rest of the report still renders."""
+        if name not in self.tables:
+            return present(pd.DataFrame({"note": [f"no table {name}: the scenario did not record it (see the gates)"]}))
         return present(self.tables[name])
 
     def document(self, name: str, data: Any) -> None:

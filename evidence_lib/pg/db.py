@@ -103,12 +103,17 @@ def function_calls(sink: FunctionSink) -> Iterator[None]:
         _SINKS.remove(sink)
 
 
+WAL_LOG_STRATEGY_SINCE = 150000  # server_version_num of the first major with `create database ... strategy`
+
+
 def create_database(server: Server, name: str, *, template: str | None = None) -> str:
     """Create database `name` (optionally cloned from `template`) and return its URL."""
     with server.admin() as conn:
         if template:
+            # wal_log (PostgreSQL 15+; 14 knows no strategy and copies files, as file_copy does)
+            strategy = " strategy wal_log" if conn.info.server_version >= WAL_LOG_STRATEGY_SINCE else ""
             conn.execute(
-                sql.SQL("create database {} template {} strategy wal_log").format(
+                sql.SQL("create database {} template {}" + strategy).format(
                     sql.Identifier(name), sql.Identifier(template)
                 )
             )
