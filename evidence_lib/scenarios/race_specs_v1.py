@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from evidence_lib.engine import v1
-from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, route, with_step_queues
+from evidence_lib.engine.flows import AnyFlow, Flow, QueueMode, compile_flow, route, with_step_queues
 from evidence_lib.harness.ab_flow import identity
 from evidence_lib.harness.isolation import Check, RaceContext, RaceSpec, Step
 from evidence_lib.pg.db import Conn
@@ -31,13 +31,20 @@ START_C = "select step_slug from engine.start_tasks(%(queue_c)s, array[%(msg_c)s
 FAIL_A = "select status from engine.fail_task(%(run)s, 'A', 0, 'boom')"
 
 
+def _roots(conn: Conn, mode: QueueMode, *steps: str) -> AnyFlow:
+    """A v1 flow of independent root steps (max_attempts 1), compiled in `mode`."""
+    flow: Flow[str] = Flow(SLUG, max_attempts=1, base_delay=1, timeout=30)
+    for step in steps:
+        flow.add(step, identity)
+    defined = with_step_queues(flow) if mode == "step" else flow
+    compile_flow(conn, defined)
+    return defined
+
+
 def three_roots_a_started(conn: Conn, mode: QueueMode) -> dict[str, Any]:
     """A v1 run of three roots A, B and C (max_attempts 1): A started by a worker; B's and C's
     messages read by another worker, their tasks still queued."""
-    flow: Flow[str] = Flow(SLUG, max_attempts=1, base_delay=1, timeout=30)
-    flow.add("A", identity).add("B", identity).add("C", identity)
-    defined = with_step_queues(flow) if mode == "step" else flow
-    compile_flow(conn, defined)
+    defined = _roots(conn, mode, "A", "B", "C")
     run = v1.start_flow(conn, SLUG, {"n": 1})
     for queue in {route(defined, step) for step in ("A", "B", "C")}:  # flow mode: one queue, one read
         v1.read_messages(conn, queue, 30, 10)
@@ -85,9 +92,7 @@ START_FLOW = "select engine.start_flow(%(flow)s, '{}'::jsonb) is not null as sta
 
 def one_step_a(conn: Conn, mode: QueueMode) -> dict[str, Any]:
     """A v1 flow of one step A, no run yet."""
-    flow: Flow[str] = Flow(SLUG, max_attempts=1, base_delay=1, timeout=30)
-    flow.add("A", identity)
-    compile_flow(conn, with_step_queues(flow) if mode == "step" else flow)
+    _roots(conn, mode, "A")
     return {"flow": SLUG}
 
 
