@@ -20,6 +20,7 @@ SINCE ?=
 SHARD ?=
 OBJECTS ?=
 SHARDS ?=
+LOAD ?=
 # pytest processes (pytest-xdist), each with its own throwaway server: the suite mostly waits on
 # locks, leases and sessions, so three beat two even on 2 cores
 TEST_WORKERS ?= 3
@@ -73,8 +74,8 @@ compare: $(STAMP) ## compare two bundles: make compare OLD=outputs/<bundle> NEW=
 	@test -n "$(OLD)" -a -n "$(NEW)" || { echo "usage: make compare OLD=outputs/<older bundle> NEW=outputs/<newer bundle>"; exit 2; }
 	$(BIN)/python -m evidence_lib compare "$(OLD)" "$(NEW)"
 
-races: $(STAMP) ## only the races scenario into a bundle, every interleaving REPEAT times (default 3; REPEAT=20 for a long run)
-	$(BIN)/python -m evidence_lib evidence --scenarios races --repeat $(or $(REPEAT),3) $(foreach p,$(PARAMS),-p $(p))
+races: $(STAMP) ## only the races into a bundle, every interleaving REPEAT times (default 3); LOAD=1 under a competing load (the stability check: REPEAT=30 LOAD=1)
+	$(BIN)/python -m evidence_lib evidence --scenarios races --repeat $(or $(REPEAT),3) $(if $(LOAD),-p load=true) --cell-timeout $$(( $(or $(REPEAT),3) * 200 + 600 )) $(foreach p,$(PARAMS),-p $(p))
 
 races-accept: $(STAMP) ## rewrite tests/expected/races/*.out from a run (review the diff before committing)
 	$(BIN)/python -m evidence_lib races --accept

@@ -49,3 +49,47 @@ def test_a_step_sent_to_a_session_that_still_waits_is_an_invalid_permutation(ser
 
 def test_every_spec_has_its_expected_file() -> None:
     assert [name for name in SPECS if not races.expected(name)] == []
+
+
+def test_a_wait_on_a_session_that_is_still_running_is_not_shown_as_blocked(db_url: str) -> None:
+    """`stuck_waits`: s2 waits on s1's row lock while s1 itself waits on a backend outside the race
+    (so s1 is running as far as the race is concerned): s2 is not "blocked" (that wait ends without
+    any step of ours, in an order the scheduler picks). Once s1 finishes its step and keeps its
+    transaction open, s1 is parked and s2's wait on it is shown."""
+    from evidence_lib.harness.locks import stuck_waits, wait_until_blocked
+    from evidence_lib.harness.sessions import Controller, Session
+    from evidence_lib.pg.db import connect
+
+    with connect(db_url, application_name="outsider") as outsider, connect(db_url) as setup:
+        setup.execute("create table t (id int primary key, v int); insert into t values (1, 0)")
+        outsider.execute("select pg_advisory_lock(42)")
+        controller = Controller(db_url, timeout=5)
+        s1, s2 = Session(db_url, "s1"), Session(db_url, "s2")
+        controller.members = {s1.pid, s2.pid}
+        try:
+            s1.conn.execute("begin")
+            first = s1.send(lambda c: c.execute("update t set v = 1 where id = 1; select pg_advisory_lock(42)"))
+            wait_until_blocked(controller.conn, s1.pid, by=outsider.info.backend_pid, timeout=5)
+            assert controller.waits(s1, busy={s1.pid}) == []  # blocked by a backend outside the race only
+            second = s2.send(lambda c: c.execute("update t set v = 2 where id = 1"))
+            wait_until_blocked(controller.conn, s2.pid, by=s1.pid, timeout=5)  # proven in pg_locks ...
+            members = {s1.pid, s2.pid, controller.pid}
+            assert stuck_waits(controller.conn, s2.pid, members, {controller.pid}) == []  # ... but s1 runs
+            assert controller.waits(s2, busy={s1.pid, s2.pid}) == []
+            outsider.execute("select pg_advisory_unlock(42)")
+            first.result(timeout=5)  # s1's step is done, its transaction (and row lock) stays open
+            found = controller.settle(s2, second, busy={s2.pid})
+            assert found and found[0].locktype == "transactionid" and s1.pid in found[0].blocked_by
+            s1.send(lambda c: c.execute("commit")).result(timeout=5)
+            second.result(timeout=5)
+        finally:
+            s1.close()
+            s2.close()
+            controller.close()
+
+
+def test_relation_extension_and_speculative_insertion_waits_are_never_protocol_waits() -> None:
+    from evidence_lib.harness.locks import PROTOCOL_LOCKTYPES
+
+    assert {"extend", "page", "frozenid", "spectoken"}.isdisjoint(PROTOCOL_LOCKTYPES)
+    assert {"tuple", "transactionid", "advisory", "relation"} <= PROTOCOL_LOCKTYPES

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from evidence_lib.harness.locks import LivenessTimeout, LockWait, dump, waits
+from evidence_lib.harness.locks import PROTOCOL_LOCKTYPES, LivenessTimeout, LockWait, dump, stuck_waits, waits
 from evidence_lib.pg.db import Conn, connect
 
 HOOK_KEY_SPACE = 7001  # advisory lock classid of engine._hook points
@@ -68,6 +68,9 @@ class Controller:
         self.pid: int = row[0]
         self.timeout = timeout
         self.held: dict[str, int] = {}
+        # the race's sessions (set by whoever runs one): a session counts as blocked only when it
+        # waits on one of them that is itself stuck (see locks.stuck_waits); empty: on anyone
+        self.members: set[int] = set()
 
     def hook_key(self, point: str) -> int:
         row = self.conn.execute("select engine._hook_key(%s)", (point,)).fetchone()
@@ -91,17 +94,25 @@ class Controller:
             self.conn.execute("select pg_advisory_unlock(%s, %s)", (HOOK_KEY_SPACE, key))
         return points
 
-    def waits(self, session: Session) -> list[LockWait]:
-        return waits(self.conn, session.pid)
+    def waits(self, session: Session, busy: set[int] | None = None) -> list[LockWait]:
+        """What `session` waits on. With `members` set: only waits that a controller step alone
+        can end (`locks.stuck_waits`), where a member with no step in flight (not in `busy`)
+        holds what it holds until its next step is sent."""
+        if not self.members:
+            return [w for w in waits(self.conn, session.pid) if w.locktype in PROTOCOL_LOCKTYPES]
+        parked = {self.pid} | (self.members - (busy or set()) - {session.pid})
+        return stuck_waits(self.conn, session.pid, self.members | {self.pid}, parked)
 
-    def settle(self, session: Session, future: Future[Any]) -> list[LockWait] | None:
-        """Wait until the step on `session` completed (None) or is blocked on a lock (the
-        proof rows). Raises LivenessTimeout with a lock dump when neither happens in time."""
+    def settle(self, session: Session, future: Future[Any], busy: set[int] | None = None) -> list[LockWait] | None:
+        """Wait until the step on `session` completed (None) or is blocked on a lock that only a
+        controller step can free (the proof rows; `members`, `busy`: the members with a step in
+        flight, `locks.stuck_waits`). Raises LivenessTimeout with a lock dump when neither
+        happens in time."""
         deadline = time.monotonic() + self.timeout
         while True:
             if future.done():
                 return None
-            found = self.waits(session)
+            found = self.waits(session, busy)
             if found:
                 return found
             if time.monotonic() > deadline:

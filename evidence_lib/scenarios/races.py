@@ -7,6 +7,7 @@ pg_locks / pg_blocking_pids, and pg_stat_database.deadlocks read before and afte
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from evidence_lib import PROJECT_ROOT
 from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine.flows import QueueMode
 from evidence_lib.harness.isolation import PermutationRun, RaceContext, RaceSpec, run_spec, transcript
+from evidence_lib.harness.load import competing_load
 from evidence_lib.pg.db import connect, one
 from evidence_lib.scenarios import race_specs, race_specs_next, race_specs_v1
 from evidence_lib.scenarios.support import consistency
@@ -33,14 +35,20 @@ def run(
     database_url: str = "",
     hooks: str = "",
     timeout: float = 10.0,
+    load: bool = False,
 ) -> ScenarioResult:
+    """Every spec's every interleaving `repeat` times; `load` keeps every core busy and two writer
+    sessions writing on the same server meanwhile (`harness.load`), the stability check."""
     result = ScenarioResult(
-        SCENARIO, "Races as isolation specs", {"queue_modes": queue_modes, "repeat": repeat, "hooks": hooks}
+        SCENARIO,
+        "Races as isolation specs",
+        {"queue_modes": queue_modes, "repeat": repeat, "hooks": hooks, "load": load},
     )
     with (
         result.capture_logs(),
         scenario_server(database_url) as server,
         candidate_databases(server, hooks=hooks, prefix="race") as databases,
+        competing_load(server) if load else contextlib.nullcontext() as loaded,
     ):
         before = deadlocks(server.maintenance_url)
         run_parts(result, parts(repeat, timeout), databases, modes(queue_modes))
@@ -48,6 +56,8 @@ def run(
     # the gates are per spec (`no_deadlock @ <spec>`), from the sessions' own errors; the server's
     # counter is reported beside them (its statistics may lag the last session by a moment)
     result.notes.append(f"pg_stat_database.deadlocks (all databases) {before} -> {after}")
+    if loaded is not None:
+        result.notes.append(f"competing load while the specs ran: {loaded.describe()}")
     consistency.gates(result)
     _chart(result)
     return result
@@ -113,6 +123,23 @@ def compare(name: str, runs: list[PermutationRun]) -> list[tuple[int, str]]:
     return out
 
 
+def stability(spec: RaceSpec, mode: str, runs: list[PermutationRun]) -> dict[str, object]:
+    """How many distinct transcripts each permutation gave over its attempts (1: stable)."""
+    texts: dict[tuple[str, ...], set[str]] = {}
+    for run in runs:
+        texts.setdefault(run.permutation, set()).add(run.transcript())
+    unstable = [" ".join(p) for p, t in texts.items() if len(t) > 1]
+    return {
+        "race": spec.name,
+        "mode": mode,
+        "permutations": len(texts),
+        "attempts": len({r.attempt for r in runs}),
+        "runs": len(runs),
+        "most_distinct_transcripts": max((len(t) for t in texts.values()), default=0),
+        "unstable_permutations": "; ".join(unstable),
+    }
+
+
 def record(result: ScenarioResult, spec: RaceSpec, mode: str, runs: list[PermutationRun]) -> None:
     """Transcripts, tables and the gates of one spec in one mode."""
     result.transcripts.append(f"race {spec.name} [{mode}]: {spec.description}\n\n" + transcript(runs))
@@ -165,6 +192,7 @@ def record(result: ScenarioResult, spec: RaceSpec, mode: str, runs: list[Permuta
         ),
         mode,
     )
+    result.append_rows("stability", [stability(spec, mode, runs)])
     diffs = compare(spec.name, runs)
     result.append_rows(
         "transcript_diffs", [{"race": spec.name, "mode": mode, "attempt": a, "diff": d} for a, d in diffs]

@@ -24,6 +24,7 @@ from evidence_lib.pg.db import connect, one, rows
 from evidence_lib.scenarios.support.readback import deadlock_count, message_facts, timeline
 from evidence_lib.workers.config import WorkerConfig
 from evidence_lib.workers.reconciler import Reconciler
+from evidence_lib.workers.settlement import SettlementRecord
 from evidence_lib.workers.takeover import take_over_expired
 from evidence_lib.workers.v2 import V2Worker
 
@@ -64,8 +65,9 @@ class SoakResult:
             ),
             "lost_acks_resolved_by_server_truth": (
                 f["lost_acks"] > 0 and f["lost_acks_consistent"] == f["lost_acks"],
-                f"{f['lost_acks']} commits lost their reply; the resubmission agreed with pg_xact_status "
-                f"(committed -> replayed, aborted -> accepted) {f['lost_acks_consistent']} times",
+                f"{f['lost_acks']} commits lost their reply; the outcome agreed with pg_xact_status "
+                f"(committed -> its one settlement stored, never accepted again; aborted -> never a replay) "
+                f"{f['lost_acks_consistent']} times",
             ),
             "takeovers_recovered": (
                 f["takeovers"] > 0 and f["revoked"] == f["takeovers"],
@@ -117,6 +119,21 @@ def _chaos(proxy: LostAckProxy, url: str, every: int, stop: threading.Event) -> 
                 stop.wait(0.02)
 
 
+def _agrees_with_the_server(conn: Any, record: SettlementRecord) -> bool:
+    """A settlement whose COMMIT lost its reply, judged by the server's truth (Jepsen's rule: the
+    client's word on an indeterminate operation is not evidence): committed -> the claim has its
+    one settlement with what was sent, and the client never saw it accepted a second time;
+    aborted -> the client never saw a replay of it (there was nothing to replay). Running out of
+    the lease before the resubmission finished is an allowed last word either way."""
+    xid = next(a.xid for a in record.attempts if a.indeterminate)
+    truth = xact_status(conn, str(xid))
+    stored = rows(conn, "select outcome, result from engine.task_settlements where claim_id = %s", (record.claim_id,))
+    if truth == "committed":
+        sent = [{"outcome": record.outcome, "result": record.result}]
+        return stored == sent and record.final in ("replayed", "deadline_exceeded")
+    return truth == "aborted" and record.final in ("accepted", "stale", "deadline_exceeded")
+
+
 def _started(conn: Any) -> int:
     return int(one(conn, "select count(*) from engine.runs where status = 'started'"))
 
@@ -153,7 +170,7 @@ def run_soak(
                 v2.start_run(conn, "soak", {"id": i, "hang": i % every == 0 and i // every < hangs})
         result.deadlocks_before = deadlock_count(url)
         stop = threading.Event()
-        taken: list[UUID] = []
+        taken_claims: list[UUID] = []
         steps: list[str | None] = [None] if mode == "flow" else ["A", "B"]
         with LostAckProxy(url) as proxy:
             pool = [
@@ -170,7 +187,7 @@ def run_soak(
             threads = [threading.Thread(target=w.__enter__().run, kwargs={"handle_signals": False}) for w in pool]
             threads += [threading.Thread(target=d.run) for d in drivers]
             threads += [
-                threading.Thread(target=_operator, args=(url, flow, stop, taken)),
+                threading.Thread(target=_operator, args=(url, flow, stop, taken_claims)),
                 threading.Thread(target=_chaos, args=(proxy, url, max(1, round(1 / rate)), stop)),
             ]
             started = time.perf_counter()
@@ -194,28 +211,27 @@ def run_soak(
             result.faults += [(e.at, e.at, "lost acknowledgement") for e in proxy.events if e.event == "reply_dropped"]
         result.deadlocks_after = deadlock_count(url)
         f: dict[str, Any] = rows(conn, FACTS)[0] | message_facts(conn, sorted({route(flow, "A"), route(flow, "B")}))
-        taken_runs = {
-            str(r[0])
+        # a task whose claim was revoked ran its handler under the old claim and again under the
+        # takeover's: one or two effects, read from the claims the engine revoked
+        taken = {
+            (str(r[0]), str(r[1]))
             for r in conn.execute(
-                "select distinct r.input->>'id' from engine.task_claims c join engine.runs r using (run_id) "
-                "where c.state = 'revoked'"
+                "select distinct r.input->>'id', c.step_slug from engine.task_claims c join engine.runs r "
+                "using (run_id) where c.state = 'revoked'"
             ).fetchall()
         }
         counts = conn.execute("select run_id, step, count(*) from soak_effects group by 1, 2").fetchall()
-        f["effects_not_once"] = sum(1 for r, s, n in counts if n != 1 and not (s == "A" and r in taken_runs))
-        f["taken_over_effects_ok"] = all(1 <= n <= 2 for r, s, n in counts if s == "A" and r in taken_runs)
+        f["effects_not_once"] = sum(1 for r, s, n in counts if n != 1 and (r, s) not in taken)
+        f["taken_over_effects_ok"] = all(1 <= n <= 2 for r, s, n in counts if (r, s) in taken)
         settlements = [s for w in pool for s in w.stats.settlements]
         lost = [s for s in settlements if any(a.indeterminate for a in s.attempts)]
         f.update(
-            takeovers=len(taken),
+            takeovers=len(taken_claims),
             lost_acks=len(lost),
             lost_acks_replayed=sum(1 for s in lost if s.final == "replayed"),
             late_settlements=sum(1 for s in settlements if s.final in ("stale", "deadline_exceeded")),
         )
-        truths = [(xact_status(conn, str(next(a.xid for a in s.attempts if a.indeterminate))), s.final) for s in lost]
-        f["lost_acks_consistent"] = sum(
-            1 for truth, final in truths if (truth, final) in {("committed", "replayed"), ("aborted", "accepted")}
-        )
+        f["lost_acks_consistent"] = sum(1 for s in lost if _agrees_with_the_server(conn, s))
         f["proxy_drops"] = sorted(set(drops))
         result.facts = f
         result.completions, takeovers = timeline(conn)

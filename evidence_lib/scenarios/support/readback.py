@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from uuid import UUID
 
@@ -72,9 +73,19 @@ def message_facts(conn: Conn, queues: list[str]) -> dict[str, int]:
     return facts
 
 
+SESSIONS_GONE_WITHIN = 10.0  # seconds for closed sessions' backends to exit (and flush their counters)
+
+
 def deadlock_count(url: str) -> int:
-    """pg_stat_database.deadlocks of this database, as flushed by sessions that have ended."""
-    with connect(url) as conn:
+    """pg_stat_database.deadlocks of this database, as flushed by sessions that have ended: first
+    waits (at most SESSIONS_GONE_WITHIN seconds) until no other backend is left in the database,
+    since a backend reports a deadlock it met when it exits or at its next idle flush, and a
+    closed connection returns before its backend has exited."""
+    with connect(url, application_name="deadlock_count") as conn:
+        others = "select count(*) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()"
+        deadline = time.monotonic() + SESSIONS_GONE_WITHIN
+        while one(conn, others) and time.monotonic() < deadline:
+            time.sleep(0.02)  # poll: the closed sessions' backends are exiting (a bounded wait)
         conn.execute("select pg_stat_clear_snapshot()")
         return int(one(conn, "select deadlocks from pg_stat_database where datname = current_database()") or 0)
 
