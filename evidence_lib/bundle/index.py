@@ -35,6 +35,7 @@ table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 td, th { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top;
          overflow-wrap: anywhere; }
 table.gates { width: 100%; table-layout: auto; }
+table.gates td:not(:last-child), table.gates th:not(:last-child) { overflow-wrap: normal; white-space: nowrap; }
 details { margin: 0.3em 0; } summary { cursor: pointer; font-weight: 600; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 th { background: #f2f2f2; }
@@ -42,6 +43,17 @@ code { background: #f6f6f6; padding: 1px 4px; }
 figure { display: inline-block; margin: 4px; } figcaption { font-size: 0.8em; color: #555; }
 img { max-width: 580px; border: 1px solid #ddd; }
 """
+
+
+DETAIL_CHARACTERS = 1200  # of a gate's detail on the index; the whole text is in the scenario's sidecar and page
+
+
+def _shortened(detail: str) -> str:
+    """A gate's detail as the index shows it: a counterexample of megabytes would make the page
+    too large to attach and too wide to read, so it is cut, saying where the rest is."""
+    if len(detail) <= DETAIL_CHARACTERS:
+        return detail
+    return f"{detail[:DETAIL_CHARACTERS]} ... [{len(detail) - DETAIL_CHARACTERS} more characters: see the scenario's page and sidecars/]"
 
 
 def _cell(verdict: str) -> str:
@@ -143,7 +155,7 @@ def _gate_group(scenario: str, members: list[NotebookRun], matrix: bool) -> tupl
             g = next(iter(by_version.values()))
             row, detail = _cell("PASS" if g["passed"] else "FAIL"), str(g.get("detail", ""))
         rows.append(f"<tr><td>{html.escape(mode)}</td><td>{html.escape(name)}</td>{row}"
-                    f"<td>{html.escape(to_the_second(detail))}</td></tr>")  # fmt: skip
+                    f"<td>{html.escape(_shortened(to_the_second(detail)))}</td></tr>")  # fmt: skip
     head = "".join(f"<th>PostgreSQL {html.escape(v)}</th>" for v in versions) if matrix else "<th>verdict</th>"
     summary = f"{html.escape(scenario)}: {len(cells) - red}/{len(cells)} green" + (f", {red} red" if red else "")
     table = (

@@ -255,8 +255,7 @@ def _on_server(
                 execute(stem, output, {**plan.routed[stem], "database_url": url, "bundle_dir": str(where.resolve())},
                         where / "logs" / f"{stem}.log", plan.cell_timeout, run, env)  # fmt: skip
         finally:  # an interrupted notebook still gets its report, with what it got to
-            _collect(where, stem, major, run)
-            finish(output, where / "html", manifest, run)
+            _gather(where, stem, major, output, manifest, run)
         red = run.red
         say(
             f"{run.label}: {run.verdict} ({run.status}, {len(run.gates) - len(red)}/{len(run.gates)} gates green, "
@@ -288,6 +287,20 @@ def _stamp(manifest: dict[str, Any], plan: Plan) -> None:
     manifest["candidate"], manifest["not_candidate_reasons"] = not reasons, reasons
 
 
+def _gather(where: Path, stem: str, major: str, output: Path, manifest: dict[str, Any], run: NotebookRun) -> None:
+    """The scenario's outputs into the bundle, whatever they hold: a step that cannot read or
+    render them is said in the run's error (the run is red) and the next step still runs, so a
+    red bundle is never lost to what the scenario recorded."""
+    for step in (lambda: _collect(where, stem, major, run), lambda: finish(output, where / "html", manifest, run)):
+        try:
+            step()
+        except Exception as exc:  # the bundle is written anyway; this run is red and says why
+            problem = f"the runner could not write this scenario's outputs: {type(exc).__name__}: {str(exc)[:300]}"
+            run.error = f"{run.error}; {problem}" if run.error else problem
+            if run.status == "ok":
+                run.status = "runner_error"
+
+
 def _collect(where: Path, stem: str, major: str, run: NotebookRun) -> None:
     """The scenario's sidecar into `run`; the server's version into each of its tables."""
     sidecar = where / "sidecars" / f"{stem}.json"
@@ -300,9 +313,11 @@ def _collect(where: Path, stem: str, major: str, run: NotebookRun) -> None:
 
 
 def add_column(path: Path, name: str, value: str) -> None:
-    """Put `name` = `value` as the first column of a CSV table (once)."""
+    """Put `name` = `value` as the first column of a CSV table (once), whatever the length of its
+    fields (a counterexample may hold megabytes: the csv module's default limit is 128 KiB)."""
     import csv
 
+    csv.field_size_limit(2**31 - 1)
     with path.open(newline="") as source:
         rows = list(csv.reader(source))
     if rows and rows[0] and rows[0][0] == name:
