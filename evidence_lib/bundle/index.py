@@ -53,7 +53,8 @@ def _shortened(detail: str) -> str:
     too large to attach and too wide to read, so it is cut, saying where the rest is."""
     if len(detail) <= DETAIL_CHARACTERS:
         return detail
-    return f"{detail[:DETAIL_CHARACTERS]} ... [{len(detail) - DETAIL_CHARACTERS} more characters: see the scenario's page and sidecars/]"
+    rest = len(detail) - DETAIL_CHARACTERS
+    return f"{detail[:DETAIL_CHARACTERS]} ... [{rest} more characters: see the scenario's page and sidecars/]"
 
 
 def _cell(verdict: str) -> str:
