@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -291,7 +292,11 @@ def _gather(where: Path, stem: str, major: str, output: Path, manifest: dict[str
     """The scenario's outputs into the bundle, whatever they hold: a step that cannot read or
     render them is said in the run's error (the run is red) and the next step still runs, so a
     red bundle is never lost to what the scenario recorded."""
-    for step in (lambda: _collect(where, stem, major, run), lambda: finish(output, where / "html", manifest, run)):
+    steps: list[Callable[[], None]] = [
+        lambda: _collect(where, stem, major, run),
+        lambda: finish(output, where / "html", manifest, run),
+    ]
+    for step in steps:
         try:
             step()
         except Exception as exc:  # the bundle is written anyway; this run is red and says why
