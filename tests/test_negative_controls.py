@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from evidence_lib.bundle.result import DuplicateGate, ScenarioResult
 from evidence_lib.bundle.runner import gate_map
 from evidence_lib.bundle.runs import NotebookRun
 from evidence_lib.harness.isolation import run_spec
@@ -17,6 +16,8 @@ from evidence_lib.mutation.catalogue import catalogue
 from evidence_lib.mutation.controls import Target, patch_sql
 from evidence_lib.pg import pgtap
 from evidence_lib.pg.db import Server
+from evidence_lib.results.gate import DuplicateGate
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios import ab_proof, race_specs, races
 from evidence_lib.scenarios.negative_controls import mutant_template
 from evidence_lib.scenarios.support.parts import clones, run_part

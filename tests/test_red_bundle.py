@@ -17,7 +17,7 @@ from evidence_lib.pg.db import Server
 HUGE = 1_000_000  # characters: well past the csv module's 131 072 default and any page budget
 
 PLANTED = f'''
-from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.results.scenario import ScenarioResult
 import pandas as pd
 
 counterexample = "step " + "x" * {HUGE}

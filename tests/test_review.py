@@ -12,8 +12,8 @@ import pytest
 
 from evidence_lib.bundle import review
 from evidence_lib.bundle.cli import main
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.bundle.runner import run_evidence
+from evidence_lib.results.scenario import ScenarioResult
 
 MISSING = review.browser_missing()
 if MISSING and os.environ.get("CI"):

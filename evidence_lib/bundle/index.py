@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evidence_lib.bundle.result import to_the_second
 from evidence_lib.bundle.runs import NotebookRun, header_html, overall_verdict, verdict_colour
+from evidence_lib.results.scenario import to_the_second
 
 LIMITATIONS = [
     "Only the bounded v2 envelope is proven: exactly two single-task steps A -> B, max_attempts 1, "

@@ -31,7 +31,7 @@ def revision() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def settings(args: argparse.Namespace) -> Settings:
+def settings(args: argparse.Namespace, out: Path | None = None) -> Settings:
     if args.jobs < 1:
         raise select.BadSelection(f"--jobs {args.jobs}: at least 1")
     return Settings(
@@ -43,6 +43,7 @@ def settings(args: argparse.Namespace) -> Settings:
         operators=tuple(o for o in args.operators.split(",") if o),
         examples=args.examples,
         history=None if args.no_history else Path(args.history) if args.history else DEFAULT,
+        journal=out,
     )
 
 
@@ -63,7 +64,7 @@ def summary_line(data: dict[str, Any]) -> str:
     config = data.get("config", {})
     assert isinstance(config, dict)
     return (f"mutation score: {m.detected} of {m.valid} ({m.ignored} equivalent, {m.compile_errors} not compiling, "
-            f"{m.timeout} timeouts; {config.get('mode', '')}) = {m.score:.1f} %; "
+            f"{m.runtime_errors} runtime errors, {m.timeout} timeouts; {config.get('mode', '')}) = {m.score:.1f} %; "
             f"{m.survived} survived, {m.no_coverage} not covered; {config.get('reused', 0)} verdicts reused"
             )  # fmt: skip
 
@@ -71,14 +72,14 @@ def summary_line(data: dict[str, Any]) -> str:
 def cmd_mutation(args: argparse.Namespace) -> int:
     os.environ.setdefault(progress.ENV, "-")
     rev = revision()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = Path(args.out) if args.out else OUTPUTS_DIR / f"mutation-{stamp}-{rev[:12]}"
     try:
-        chosen = settings(args)
+        chosen = settings(args, out)
         mutants = plan(chosen, rev)
     except select.BadSelection as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = Path(args.out) if args.out else OUTPUTS_DIR / f"mutation-{stamp}-{rev[:12]}"
     with (
         servers.open_server(args.database_url, fast=True) as server,
         migrated_template(server, prefix="mut_cand") as cand,
@@ -125,7 +126,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--history", default="", help=f"verdicts to reuse and update (default {DEFAULT})")
     p.add_argument("--no-history", action="store_true", help="judge every mutant afresh, record nothing")
     p.add_argument("--break-at", type=float, default=None, help="exit 1 when the score is below this percentage")
-    p.add_argument("--out", default="", help="folder for mutation.json (default outputs/mutation-<UTC>-<rev12>)")
+    p.add_argument("--out", default="", help="folder for mutation.json and the journal of verdicts; a run given the "
+                   "folder of an interrupted run resumes it (default outputs/mutation-<UTC>-<rev12>)")
     p.set_defaults(func=cmd_mutation)
     p = sub.add_parser("merge", help="merge mutation reports of shards (one revision) into one")
     p.add_argument("shards", nargs="+", help="mutation.json files, or folders holding one")

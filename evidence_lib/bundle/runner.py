@@ -38,7 +38,6 @@ from evidence_lib.bundle.params import (
     select,
 )
 from evidence_lib.bundle.progress import Clock, Say, Watcher
-from evidence_lib.bundle.result import DuplicateGate, Gate
 from evidence_lib.bundle.runs import NotebookRun
 from evidence_lib.bundle.writer import finish_bundle
 from evidence_lib.errors import BadInput
@@ -46,6 +45,7 @@ from evidence_lib.mutation.coverage import COVERAGE_ENV
 from evidence_lib.pg import db, migrate, schema_sync, servers
 from evidence_lib.pg.control import ENV as CONTROL_ENV
 from evidence_lib.pg.db import ServerUnavailable
+from evidence_lib.results.gate import DuplicateGate, Gate
 
 __all__ = ["NOTEBOOKS_DIR", "SCENARIOS", "ParameterError", "gate_map", "parse_parameters", "run_evidence"]
 EXIT_NOT_PINNED = 3  # the migration artifact does not reproduce sql/: evidence of no pinned artifact

@@ -20,6 +20,15 @@ class OutOfTime(BaseException):
     Timeout, not a mismatch. A BaseException: the property-based runner must not retry it."""
 
 
+class Observer(Protocol):
+    """Told about every operation a history checks, before it runs and after it was judged (the
+    mutation sweep's reach oracle tries each mutant at exactly the operations that reach it)."""
+
+    def before(self, history: Any, op: Any) -> None: ...
+
+    def after(self, history: Any, op: Any) -> None: ...
+
+
 @dataclass
 class Bench:
     """Where histories run, and what they covered (shared by every history of one check).
@@ -37,6 +46,7 @@ class Bench:
     races: int = 0
     conn: Conn | None = None
     deadline: float | None = None  # time.monotonic() past which a history stops with OutOfTime
+    observer: Observer | None = None  # told before and after every checked operation
 
     @property
     def transactional(self) -> bool:

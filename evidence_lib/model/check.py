@@ -11,8 +11,9 @@ import hypothesis
 from hypothesis import HealthCheck, Phase
 from hypothesis.stateful import get_state_machine_test
 
-from evidence_lib.model.bench import Bench, OutOfTime
+from evidence_lib.model.bench import Bench, Observer, OutOfTime
 from evidence_lib.model.machine import EngineMachine
+from evidence_lib.model.probes_roles import ensure_nobody
 from evidence_lib.model.tour import tour
 from evidence_lib.pg.db import Conn, Server
 
@@ -67,7 +68,7 @@ SHRINK_SECONDS = 30  # a failure is shrunk for at most this long: a broken engin
 def check(
     server: Server, template: str, *, examples: int, steps: int, seed: int, shrink: bool = True,
     tour_first: bool = True, conn: Conn | None = None, deadline: float | None = None,
-    modes: tuple[str, ...] = ("flow", "step"),
+    modes: tuple[str, ...] = ("flow", "step"), observer: Observer | None = None,
 ) -> CheckResult:  # fmt: skip
     """`examples` random histories of up to `steps` operations each (plus races), from `seed`;
     a failure is shrunk for at most SHRINK_SECONDS (Hypothesis's own shrink time limit, set here).
@@ -77,7 +78,8 @@ def check(
     `deadline` (time.monotonic()) the check stops and says so in `out_of_time`."""
     try:
         return _check(server, template, examples=examples, steps=steps, seed=seed, shrink=shrink,
-                      tour_first=tour_first, conn=conn, deadline=deadline, modes=modes)  # fmt: skip
+                      tour_first=tour_first, conn=conn, deadline=deadline, modes=modes,
+                      observer=observer)  # fmt: skip
     except OutOfTime as exc:
         result = CheckResult(Bench(server, template, conn=conn), out_of_time=str(exc))
         result.settings = {"examples": examples, "steps": steps, "seed": seed, "shrink": shrink}
@@ -86,13 +88,14 @@ def check(
 
 def _check(
     server: Server, template: str, *, examples: int, steps: int, seed: int, shrink: bool, tour_first: bool,
-    conn: Conn | None, deadline: float | None, modes: tuple[str, ...],
+    conn: Conn | None, deadline: float | None, modes: tuple[str, ...], observer: Observer | None = None,
 ) -> CheckResult:  # fmt: skip
     import time
 
     from hypothesis.internal.conjecture import engine
 
-    bench = Bench(server, template, conn=conn, deadline=deadline)
+    ensure_nobody(server)  # a cluster-wide role: committed before any history, never inside one
+    bench = Bench(server, template, conn=conn, deadline=deadline, observer=observer)
     machine = machine_for(bench)
     phases = (Phase.explicit, Phase.generate, Phase.shrink) if shrink else (Phase.explicit, Phase.generate)
     settings = hypothesis.settings(

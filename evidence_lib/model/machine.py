@@ -84,7 +84,29 @@ class EngineMachine(RuleBasedStateMachine):
         (with two model answers when the server's clock made the operation indeterminate)."""
         if self.bench.deadline is not None and time.monotonic() > self.bench.deadline:
             raise OutOfTime(f"the history ran past its deadline before {op.text}")
+        if self.bench.observer is not None:
+            self.bench.observer.before(self, op)
         before = self.state_of(op.run)
+        real, agreed, seen, problems = self._judge(op)
+        self._record(op, before, real)
+        if self.bench.observer is not None:
+            self.bench.observer.after(self, op)
+        if problems:
+            raise ModelMismatch(f"{op.text}: the engine answered {real.text()}; " + " || ".join(problems))
+        if agreed is not None:  # None: a refusal the model expected; the state is what it was
+            self.model = agreed
+            self.learn_ids(seen)
+        return real
+
+    def trial(self, op: ops.Op) -> str:
+        """Run `op` and judge it exactly as `check` does, changing nothing of this history (the
+        model, the ids learned, the transcript): the caller undoes the database side with a
+        savepoint. Returns the mismatch ("" when the engine agreed with the model)."""
+        real, _, _, problems = self._judge(op)
+        return f"{op.text}: the engine answered {real.text()}; " + " || ".join(problems) if problems else ""
+
+    def _judge(self, op: ops.Op) -> tuple[Outcome, Model | None, dict[str, Any], list[str]]:
+        """(the engine's answer, the model that explains it, the state seen, the problems)."""
         lo = self.now()
         real, ids = op.real(self.conn)
         window: Window = (lo, self.now())
@@ -95,19 +117,16 @@ class EngineMachine(RuleBasedStateMachine):
             other = self.model.copy()
             other.force = {q: False for q in first.ambiguous}
             candidates.append((op.apply(other, ids, window), other))
-        self._record(op, before, real)
         if real.kind == "error" and any(expected == real for expected, _ in candidates):
-            return real  # a refusal rolled back: PostgreSQL guarantees it wrote nothing, the model keeps its state
+            return real, None, {}, []  # a refusal rolled back: PostgreSQL guarantees it wrote nothing
         seen = snapshot(self.conn)
         problems = []
         for expected, model in candidates:
             diff = differences(model.expected_state(), seen)
             if expected == real and not diff:
-                self.model = model
-                self.learn_ids(seen)
-                return real
+                return real, model, seen, []
             problems.append(f"model answer {expected.text()}; state differences: {diff[:6] or 'none'}")
-        raise ModelMismatch(f"{op.text}: the engine answered {real.text()}; " + " || ".join(problems))
+        return real, None, seen, problems
 
     def _record(self, op: ops.Op, before: str, real: Outcome) -> None:
         self.bench.steps += 1

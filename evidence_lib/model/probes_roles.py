@@ -5,7 +5,10 @@ any other gets 42501. The expected grants are the contract's (section 6), not th
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
+
+import psycopg
 
 from evidence_lib.engine.sqlstates import SqlState
 from evidence_lib.model.ops import Op
@@ -13,6 +16,7 @@ from evidence_lib.model.ops_more import as_role
 from evidence_lib.model.probes_defs import Checker
 from evidence_lib.model.reference import Outcome
 from evidence_lib.model.state import INSUFFICIENT_PRIVILEGE
+from evidence_lib.pg.db import Server
 
 UNKNOWN = "00000000-0000-4000-8000-0000000000bb"
 ALLOWED = Outcome("value", "allowed")
@@ -52,19 +56,28 @@ NOBODY_CALLS = [  # internal helpers and tables: no engine role may touch them d
 ]
 
 
-def _create_nobody() -> Op:
+def ensure_nobody(server: Server) -> None:
+    """Create the role with no grant once, committed, before any history runs: a role is a
+    cluster-wide object, and creating it inside a history's transaction (the mutation oracle's,
+    always rolled back) made every other session that needed it wait for that transaction: two
+    jobs side by side timed each other out. A concurrent creator is fine (already there)."""
+    with server.admin() as conn, contextlib.suppress(psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+        conn.execute(f"create role {NOBODY} nologin")
+
+
+def _nobody_exists() -> Op:
     from evidence_lib.model.ops import Op as _Op
 
     def real(conn: Any) -> tuple[Outcome, Any]:
-        conn.execute(f"do $$ begin if not exists (select from pg_roles where rolname = '{NOBODY}') then "
-                     f"create role {NOBODY} nologin; end if; end $$")  # fmt: skip
-        return ALLOWED, None
+        row = conn.execute("select exists (select from pg_catalog.pg_roles where rolname = %s)", (NOBODY,)).fetchone()
+        return (ALLOWED if row and row[0] else Outcome.error("no role")), None
 
-    return _Op("role", f"a role {NOBODY} with no grant", real, lambda m, ids, now: ALLOWED)
+    return _Op("role", f"a role {NOBODY} with no grant (created before the histories)", real,
+               lambda m, ids, now: ALLOWED)  # fmt: skip
 
 
 def roles(m: Checker, engine_queue: str, foreign_queue: str) -> None:
-    m.check(_create_nobody())
+    m.check(_nobody_exists())
     denied = Outcome.error(INSUFFICIENT_PRIVILEGE)
     for role in ("engine_worker", "engine_operator", NOBODY):
         for statement, answer in WORKER_CALLS.items():

@@ -164,10 +164,12 @@ FOREIGN_KEYS: dict[str, str] = {
                                      f"occurred_at) values ({NEW}, 0, 'x', 'x', 'x', now())",
 }  # fmt: skip
 TRIGGERS: dict[str, str] = {  # a trigger's refusal names no constraint
+    # any run asked for at least once: whether a reconcile has caught it up by now depends on the
+    # clock (a run in backoff becomes due), so the probe must not need a run still dirty
     "run_work_generations_are_monotonic (decrease)": "update engine.run_work set requested_generation = "
                                                      "requested_generation - 1 where run_id = (select run_id from "
-                                                     "engine.run_work where processed_generation = 0 and "
-                                                     "requested_generation > 0 order by run_id limit 1)",
+                                                     "engine.run_work where requested_generation > 0 order by "
+                                                     "processed_generation = 0 desc, run_id limit 1)",
     "run_work_generations_are_monotonic (processed past requested)": "update engine.run_work set processed_generation"
                                                                      f" = requested_generation + 1 where run_id = {CLEAN}",
     "task_claims_are_history (rewrite)": f"update engine.task_claims set attempt = attempt + 1 where claim_id = {CURRENT}",

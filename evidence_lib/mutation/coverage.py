@@ -1,42 +1,54 @@
-"""Coverage, recorded by a baseline run on the candidate (PIT's and Stryker's first step): which
-engine functions and which worker functions each scenario part executes, and how long it takes.
+"""Coverage, recorded by a run of every scenario part on the candidate (PIT's and Stryker's first
+step): which engine functions and which lines of the worker code each part executes, how long it
+takes, and which of its gates were green.
 
 Engine functions come from `pg_stat_user_functions` (`track_functions = all` on every clone the
-part makes); worker functions from a profile hook on every thread of this process while the part
-runs. A mutant that nothing executes is NoCoverage, never a lucky survivor; a mutant is judged by
-the parts that execute what it changes, fastest first.
+part makes); worker lines from coverage.py on every thread of this process while the part runs,
+per line as PIT and coverage.py record it. A mutant on a line no part executes is NoCoverage,
+never a lucky survivor; a mutant is judged by the parts that execute what it changes, fastest
+first, and a part's red gate kills it only when that gate was green on the candidate.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from evidence_lib import PROJECT_ROOT
-from evidence_lib.mutation.mutant import Mutant
+from evidence_lib.mutation.mutant import Mutant, position
+from evidence_lib.results.gate import Gate
 
-WORKERS = str(PROJECT_ROOT / "evidence_lib" / "workers")
+WORKERS = PROJECT_ROOT / "evidence_lib" / "workers"
 # a folder: while set, every scenario part records what it executes there (`<scenario>.jsonl`,
 # one Covered per line); `make evidence` sets it so the mutation scenario needs no baseline run
 COVERAGE_ENV = "EVIDENCE_COVERAGE"
 ALWAYS = "(every part)"  # what a schema or privilege mutant touches: every part may notice it
 
 
+def gate_key(gate: Gate) -> str:
+    """A gate's key within one part: its mode, name and point."""
+    return f"{gate.mode}/{gate.name}" + (f"@{gate.point}" if gate.point else "")
+
+
 @dataclass
 class Covered:
-    """What one scenario part (a target label, `scenario/part [mode]`) executed, and its time."""
+    """What one scenario part (a target label, `scenario/part [mode]`) executed on the candidate,
+    its time, and the keys of its gates that were green there."""
 
     label: str
     seconds: float
     sql: dict[str, int] = field(default_factory=dict)  # engine function -> calls (0: every call raised)
-    python: list[str] = field(default_factory=list)  # "module:qualname" of worker functions that ran
+    lines: dict[str, list[int]] = field(default_factory=dict)  # worker file (from the root) -> lines run
+    green: list[str] = field(default_factory=list)  # gate_key of every gate green on the candidate
+    red: list[str] = field(default_factory=list)  # gate_key of every gate red on the candidate
+
+    def runs_line(self, file: str, lines: range) -> bool:
+        executed = self.lines.get(file, ())
+        return any(n in lines for n in executed)
 
 
 @dataclass
@@ -52,7 +64,7 @@ class CoverageMap:
         privilege mutant, whose effect any part may meet). A part that runs in both queue modes
         runs in one: the faster mode that executes the mutant (the model oracle tries both modes)."""
         if mutant.kind == "python":
-            found = [p for p in self.parts if _python_target(mutant) in p.python]
+            found = [p for p in self.parts if _runs(p, mutant)]
         elif not mutant.functions:
             found = list(self.parts)
         else:
@@ -73,7 +85,7 @@ class CoverageMap:
         """The parts recorded under `folder` by the scenarios of one bundle."""
         out = CoverageMap()
         for file in sorted(folder.glob("*.jsonl")):
-            out.parts += [Covered(**json.loads(line)) for line in file.read_text().splitlines() if line.strip()]
+            out.parts += [_covered(json.loads(line)) for line in file.read_text().splitlines() if line.strip()]
         return out
 
     def save(self, path: Path) -> None:
@@ -82,35 +94,46 @@ class CoverageMap:
     @staticmethod
     def load(path: Path) -> CoverageMap:
         data: dict[str, Any] = json.loads(path.read_text())
-        return CoverageMap([Covered(**p) for p in data["parts"]], data["model"], data["model_seconds"])
+        return CoverageMap([_covered(p) for p in data["parts"]], data["model"], data["model_seconds"])
 
 
-def _python_target(mutant: Mutant) -> str:
-    """A SQL constant is covered where a function of its module runs that reads it: its module."""
-    return mutant.target if mutant.family != "py-sql" else mutant.target.split(":", 1)[0] + ":*"
+def _covered(data: dict[str, Any]) -> Covered:
+    known = {k: v for k, v in data.items() if k in Covered.__dataclass_fields__}
+    return Covered(**known)
+
+
+def mutant_lines(mutant: Mutant) -> range:
+    """The lines of its file a Python mutant changes (1-based, end inclusive as a range)."""
+    path = PROJECT_ROOT / mutant.file
+    text = path.read_text() if path.is_file() else ""
+    first = position(text, mutant.span.start).line
+    last = position(text, max(mutant.span.end - 1, mutant.span.start)).line
+    return range(first, last + 1)
+
+
+def _runs(part: Covered, mutant: Mutant) -> bool:
+    """A Python mutant is covered where a line it changes ran; a SQL constant of a module (read
+    when the module is imported) where any line of its module ran."""
+    if mutant.family == "py-sql":
+        return bool(part.lines.get(mutant.file))
+    return part.runs_line(mutant.file, mutant_lines(mutant))
 
 
 @contextlib.contextmanager
-def python_calls() -> Iterator[set[str]]:
-    """Every worker function (`module:qualname`) called on any thread while the block runs; a
-    module's SQL constants count as covered (`module:*`) when any of its functions ran."""
-    seen: set[str] = set()
-    codes: set[Any] = set()
+def python_lines() -> Iterator[dict[str, list[int]]]:
+    """Every line of the worker code run on any thread while the block runs (coverage.py), as
+    {file from the project root: sorted lines}, filled in when the block ends."""
+    import coverage
 
-    def profile(frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call":
-            code = frame.f_code
-            if code not in codes and code.co_filename.startswith(WORKERS):
-                codes.add(code)
-                module = "evidence_lib.workers." + Path(code.co_filename).stem
-                seen.add(f"{module}:{code.co_qualname}")
-                seen.add(f"{module}:*")
-
-    previous = sys.getprofile()
-    threading.setprofile(profile)
-    sys.setprofile(profile)
+    lines: dict[str, list[int]] = {}
+    cov = coverage.Coverage(data_file=None, source=[str(WORKERS)], concurrency=["thread"], branch=False)
+    cov.start()
     try:
-        yield seen
+        yield lines
     finally:
-        sys.setprofile(previous)
-        threading.setprofile(None)
+        cov.stop()
+        data = cov.get_data()
+        for file in data.measured_files():
+            executed = data.lines(file) or []
+            if executed:
+                lines[str(Path(file).resolve().relative_to(PROJECT_ROOT))] = sorted(executed)

@@ -45,12 +45,13 @@ EXPRESSION_FAMILIES: dict[str, tuple[ExprFamily, ...]] = {
     "operator": (operators.relational, operators.arithmetic, operators.logical, operators.conditions),
     "null": (nulls.expressions,),
     "clause": (clauses.conjuncts, clauses.order_and_limit),
-    "identifier": (identifiers.identifiers,),
+    "identifier": (identifiers.identifiers, identifiers.targets),
     "statement": (statements.set_assignments,),
     "constant": (constants.constants,),
     "locking": (locking.locking,),
 }
 BODY_FAMILIES: dict[str, tuple[BodyFamily, ...]] = {
+    "identifier": (identifiers.into_targets,),
     "null": (nulls.into_strict,),
     "statement": (statements.deletions, statements.early_returns),
     "error": (errors.sqlstates,),
@@ -59,7 +60,7 @@ OBJECT_FAMILIES: dict[str, tuple[ObjectFamily, ...]] = {
     "schema": (schema.dropped,),
     "privilege": (privileges.grants,),
 }
-SQL_FAMILIES = tuple(dict.fromkeys([*EXPRESSION_FAMILIES, *BODY_FAMILIES, *OBJECT_FAMILIES]))
+SQL_FAMILIES = tuple(dict.fromkeys([*EXPRESSION_FAMILIES, *BODY_FAMILIES, "higher-order", *OBJECT_FAMILIES]))
 # roles of expressions no family mutates: a RAISE's message parameters and hints only shape text
 NOT_MUTATED_ROLES = ("param", "option")
 HOOK = "engine._hook("  # test instrumentation: inert unless armed, never mutated
@@ -235,6 +236,12 @@ class _FunctionMutants:
                     if HOOK in text[tc.start : tc.end]:
                         continue
                     self.add(family, tc.operator, tc.where, tc.start, tc.end, tc.text)
+        if "higher-order" in self.wanted:
+            for a, b in statements.pairs(body):
+                if HOOK in text[a.start : a.end] or HOOK in text[b.start : b.end]:
+                    continue
+                joined = a.text + text[a.end : b.start] + b.text
+                self.add("higher-order", f"{a.operator}+{b.operator}", f"{a.where}+{b.where}", a.start, b.end, joined)
         return self.out
 
 

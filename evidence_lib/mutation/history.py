@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from evidence_lib import OUTPUTS_DIR, PROJECT_ROOT
-from evidence_lib.mutation.oracles import Verdict
+from evidence_lib.mutation.mutant import Verdict
 
 DEFAULT = OUTPUTS_DIR / ".mutation" / "history.json"
 MODEL_CODE = ("evidence_lib/model", "evidence_lib/engine", "evidence_lib/mutation/oracles.py",
-              "evidence_lib/mutation/apply.py")  # fmt: skip
-PARTS_CODE = (*MODEL_CODE, "evidence_lib/scenarios", "evidence_lib/harness")
+              "evidence_lib/mutation/reach.py", "evidence_lib/mutation/apply.py")  # fmt: skip
+PARTS_JUDGE = ("evidence_lib/mutation/judging.py", "evidence_lib/mutation/coverage.py")
+PARTS_CODE = (*MODEL_CODE, *PARTS_JUDGE, "evidence_lib/scenarios", "evidence_lib/harness")
 
 
 @cache
@@ -65,7 +66,7 @@ class History:
 
     def reusable(self, mutant_id: str) -> Verdict | None:
         entry = self.entries.get(mutant_id)
-        if entry is None or entry.status in ("Pending", "RuntimeError"):
+        if entry is None or entry.status in ("Pending", "RuntimeError", "Timeout"):  # judged again, every time
             return None
         current = fingerprint(MODEL_CODE if entry.by.startswith("model") or entry.status == "CompileError"
                               else PARTS_CODE)  # fmt: skip

@@ -74,3 +74,14 @@ def stable_id(normalized_source: str, operator: str, where: str) -> str:
     """The mutant's id: 12 hex digits of sha256(normalized source, operator, position)."""
     digest = hashlib.sha256("\x1f".join((normalized_source, operator, where)).encode()).hexdigest()
     return digest[:12]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How one mutant ended: its status, what detected it (or why not), and the time it took."""
+
+    status: Status
+    by: str = ""  # "model: the tour", "model: a random history", "part ab_proof/proof [flow]", ...
+    detail: str = ""
+    seconds: float = 0.0
+    parts_run: int = 0

@@ -17,14 +17,14 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import replace
 
 from evidence_lib.model.check import CheckResult, check
 from evidence_lib.mutation.apply import MutantDoesNotCompile, apply_sql, swapped
 from evidence_lib.mutation.controls import Target
-from evidence_lib.mutation.coverage import CoverageMap, Covered
-from evidence_lib.mutation.judging import TargetRunner
-from evidence_lib.mutation.mutant import Mutant, Status
+from evidence_lib.mutation.coverage import Covered
+from evidence_lib.mutation.judging import TargetRunner, part_verdict
+from evidence_lib.mutation.mutant import Mutant, Verdict
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Conn, Server, connect
 
@@ -32,17 +32,6 @@ SEED = 20261204
 TIMEOUT_FACTOR = 1.5  # PIT: timeoutFactor
 TIMEOUT_CONSTANT = 3.0  # PIT: timeoutConst (seconds)
 STATEMENT_TIMEOUT_MS = 2000  # no statement of the model's histories takes a tenth of this
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """How one mutant ended: its status, what detected it (or why not), and the time it took."""
-
-    status: Status
-    by: str = ""  # "model: the tour", "model: a random history", "part ab_proof/proof [flow]", ...
-    detail: str = ""
-    seconds: float = 0.0
-    parts_run: int = 0
 
 
 def deadline_for(seconds: float, factor: float = TIMEOUT_FACTOR, constant: float = TIMEOUT_CONSTANT) -> float:
@@ -98,14 +87,18 @@ class ModelOracle:
         finally:
             self.conn.execute("rollback")
 
-    def judge(self, mutant: Mutant) -> Verdict:
+    def judge(self, mutant: Mutant, factor: float = 1.0) -> Verdict:
+        """Every history with `mutant` applied from the start; `factor` stretches the deadline
+        and the statement timeout (a Timeout is tried once more with twice the time)."""
         started = time.perf_counter()
         with self._transaction():
+            if factor != 1.0:
+                self.conn.execute(f"set local statement_timeout = {int(STATEMENT_TIMEOUT_MS * factor)}")
             try:
                 apply_sql(self.conn, mutant)
             except MutantDoesNotCompile as exc:
                 return Verdict("CompileError", "the server", str(exc), time.perf_counter() - started)
-            result = self._run(time.monotonic() + deadline_for(self.baseline))
+            result = self._run(time.monotonic() + deadline_for(self.baseline, TIMEOUT_FACTOR * factor))
         seconds = time.perf_counter() - started
         if result.out_of_time:
             return Verdict("Timeout", "model", result.out_of_time, seconds)
@@ -132,25 +125,36 @@ def mutant_template(server: Server, candidate: str, mutant: Mutant, tag: str) ->
         yield db.database_name(url)
 
 
-def judge_with_parts(server: Server, candidate: str, mutant: Mutant, coverage: CoverageMap, runner: TargetRunner,
+def judge_with_parts(server: Server, candidate: str, mutant: Mutant, parts: list[Covered], runner: TargetRunner,
                      tag: str) -> Verdict:  # fmt: skip
-    """The covering parts, fastest first, stopping at the first red gate."""
+    """The covering parts (each proven green on the candidate in this sweep), fastest first: the
+    first that kills or times out decides (a Timeout is tried once more with twice the time); a
+    part that cannot judge the mutant (RuntimeError) is said unless a later one kills it."""
     started = time.perf_counter()
-    parts = coverage.parts_for(mutant)
     if not parts:
         return Verdict("NoCoverage", "", "no scenario part executes what it changes", 0.0)
+    cannot: list[Verdict] = []
     try:
         with mutant_template(server, candidate, mutant, tag) as template, swapped(mutant):
             for i, covered in enumerate(parts):
-                run = runner(server, template, _target(covered), deadline_for(covered.seconds), f"{tag}p{i}")
-                if run.deadline_hit:
-                    return Verdict("Timeout", f"part {covered.label}",
-                                   f"ran past {deadline_for(covered.seconds):.0f} s", time.perf_counter() - started,
-                                   i + 1)  # fmt: skip
-                if run.red:
-                    return Verdict("Killed", f"part {covered.label}", ", ".join(run.red[:4]),
-                                   time.perf_counter() - started, i + 1)  # fmt: skip
+                deadline = deadline_for(covered.seconds)
+                verdict = part_verdict(runner(server, template, _target(covered), deadline, f"{tag}p{i}"),
+                                       covered, deadline)  # fmt: skip
+                if verdict is not None and verdict.status == "Timeout":
+                    verdict = part_verdict(runner(server, template, _target(covered), 2 * deadline, f"{tag}p{i}r"),
+                                           covered, 2 * deadline)  # fmt: skip
+                    if verdict is not None and verdict.status == "Timeout":
+                        verdict = replace(verdict, detail=f"{verdict.detail} (and again with twice the time)")
+                if verdict is None:
+                    continue
+                if verdict.status in ("Killed", "Timeout"):
+                    return replace(verdict, seconds=time.perf_counter() - started, parts_run=i + 1)
+                cannot.append(verdict)
     except MutantDoesNotCompile as exc:
         return Verdict("CompileError", "the server", str(exc), time.perf_counter() - started)
     seconds = time.perf_counter() - started
+    if cannot:
+        first = cannot[0]
+        return Verdict("RuntimeError", first.by, f"{first.detail}" + (f" (and {len(cannot) - 1} more parts)"
+                       if len(cannot) > 1 else ""), seconds, len(parts))  # fmt: skip
     return Verdict("Survived", "", f"{len(parts)} covering parts stayed green", seconds, len(parts))

@@ -19,7 +19,7 @@ from typing import Any
 from evidence_lib import PROJECT_ROOT
 from evidence_lib.errors import EvidenceError
 from evidence_lib.mutation.mutant import DETECTED, Mutant, position
-from evidence_lib.mutation.sweep import Sweep
+from evidence_lib.mutation.sweep import Sweep, digest
 
 SCHEMA_VERSION = "2"
 THRESHOLDS = {"high": 95, "low": 90}
@@ -109,7 +109,12 @@ def to_report(sweep: Sweep, *, dropped: dict[str, int] | None = None) -> dict[st
         "files": files,
         "framework": FRAMEWORK,
         "config": {"revision": sweep.revision, "mode": sweep.mode, "shard": sweep.shard, "selected": sweep.selected,
-                   "reused": sweep.reused, "seconds": round(sweep.seconds, 1), "dropped": dropped or {}},
+                   "reused": sweep.reused, "seconds": round(sweep.seconds, 1), "dropped": dropped or {},
+                   "generator": digest([m.id for m in sweep.generated.mutants]),
+                   "planned": {"count": len(sweep.planned), "digest": digest(sweep.planned)},
+                   "candidate_agrees": sweep.candidate_agrees, "candidate_problems": sweep.candidate_problems,
+                   "stale_equivalents": sweep.stale_equivalents,
+                   "phases": {k: round(v, 1) for k, v in sweep.phases.items()}},
     }  # fmt: skip
 
 
@@ -122,13 +127,24 @@ def metrics(report: dict[str, Any]) -> Metrics:
     return Metrics.of(statuses(report).values())
 
 
+def _same(reports: list[dict[str, Any]], key: str, what: str) -> Any:
+    values = {json.dumps(r.get("config", {}).get(key), sort_keys=True) for r in reports}
+    if len(values) != 1:
+        raise BadReport(f"shards of different {what} cannot be merged: {', '.join(sorted(values))}")
+    return reports[0].get("config", {}).get(key)
+
+
 def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """Shards of one revision as one report (refused when revisions differ or ids clash)."""
+    """Shards of one sweep as one report. Refused (BadReport) unless every shard is of one revision,
+    one generator version and one selection, no mutant appears twice, and together they hold
+    every mutant of the selection: a missing shard is never a smaller, better-looking score."""
     if not reports:
         raise BadReport("merge needs at least one report")
-    revisions = {r.get("config", {}).get("revision") for r in reports}
-    if len(revisions) != 1:
-        raise BadReport(f"shards of different revisions cannot be merged: {', '.join(sorted(map(str, revisions)))}")
+    _same(reports, "revision", "revisions")
+    if any("generator" not in r.get("config", {}) or "planned" not in r.get("config", {}) for r in reports):
+        raise BadReport("a shard names no generator or selection (an older version made it): judge it again")
+    _same(reports, "generator", "generator versions")
+    planned = _same(reports, "planned", "selections")
     out: dict[str, Any] = json.loads(json.dumps(reports[0]))
     seen = statuses(out)
     for other in reports[1:]:
@@ -139,11 +155,16 @@ def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
                     raise BadReport(f"mutant {mutant['id']} appears in two shards")
                 seen[mutant["id"]] = mutant["status"]
                 target["mutants"].append(mutant)
+    if len(seen) != planned["count"] or digest(list(seen)) != planned["digest"]:
+        raise BadReport(f"the shards hold {len(seen)} of the selection's {planned['count']} mutants: "
+                        "a shard is missing, incomplete or of another selection")  # fmt: skip
     config = out["config"]
     config["shard"] = f"merged {len(reports)}"
     config["selected"] = sum(int(r["config"].get("selected", 0)) for r in reports)
     config["reused"] = sum(int(r["config"].get("reused", 0)) for r in reports)
     config["seconds"] = round(sum(float(r["config"].get("seconds", 0)) for r in reports), 1)
+    config["candidate_agrees"] = all(r["config"].get("candidate_agrees", False) for r in reports)
+    config["candidate_problems"] = [p for r in reports for p in r["config"].get("candidate_problems", [])]
     for file in out["files"].values():
         file["mutants"].sort(key=lambda m: (m["location"]["start"]["line"], m["location"]["start"]["column"], m["id"]))
     return out

@@ -1,37 +1,44 @@
-"""A mutation run: select the mutants, record coverage on the candidate, judge every mutant with
-the oracle chain on `jobs` databases of one server (one process each), reuse verdicts from the
-history where nothing they depend on changed, and hand back every verdict.
+"""A mutation run: select the mutants, judge each with the oracle chain, write every verdict to the
+journal as it comes, and hand back the sweep.
 
-The scenarios layer hands in its part runner by name (`runner`, "module:function"), so this
-package imports no scenario, and each job process imports it for itself.
+1. the reach oracle (`reach`): the model's histories replayed once per job, each SQL mutant tried
+   at exactly the operations that reach its function;
+2. the candidate's run of every scenario part the remaining mutants need (coverage of engine
+   functions and worker lines, and the gates green there: only those can kill);
+3. the parts oracle: for what the model leaves alive and the Python mutants, the covering parts,
+   fastest first.
+
+Verdicts are reused from the journal of an interrupted run of the same selection (resume), or from
+the history where nothing they depend on changed (never a Timeout or a RuntimeError: those are
+judged again). The scenarios layer hands in its part runner by name (`runner`, "module:function"),
+so this package imports no scenario.
 """
 
 from __future__ import annotations
 
-import importlib
-import multiprocessing
+import hashlib
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from evidence_lib import progress
 from evidence_lib.mutation import select
-from evidence_lib.mutation.coverage import CoverageMap, Covered, python_calls
+from evidence_lib.mutation.controls import Target
+from evidence_lib.mutation.coverage import CoverageMap, Covered
 from evidence_lib.mutation.equivalents import equivalents
 from evidence_lib.mutation.generate import Generated
 from evidence_lib.mutation.history import DEFAULT, History, fingerprint
-from evidence_lib.mutation.judging import TargetRunner
-from evidence_lib.mutation.mutant import Mutant
-from evidence_lib.mutation.oracles import SEED, ModelOracle, Verdict, judge_with_parts
+from evidence_lib.mutation.jobs import Judged, parts_in_jobs, reach_in_jobs, runner_of
+from evidence_lib.mutation.journal import Header, Journal
+from evidence_lib.mutation.mutant import Mutant, Verdict
+from evidence_lib.mutation.reach import ReachStats
 from evidence_lib.mutation.registry import generated
 from evidence_lib.pg.db import Server
 
 RUNNER = "evidence_lib.scenarios.support.targets"
 SKIPPED_PARTS = ("response_loss/server_restart",)  # crashes the whole server: not while jobs share it
+FINAL = ("Killed", "Timeout", "CompileError", "RuntimeError", "Ignored")
 
 
 @dataclass
@@ -42,12 +49,13 @@ class Settings:
     sample: int | None = None  # None: every selected mutant
     objects: tuple[str, ...] = ()
     operators: tuple[str, ...] = ()
-    examples: int = 2  # seeded random histories per mutant in the model oracle, after the tour
+    examples: int = 2  # seeded random histories in the model's replay, after the tour
     history: Path | None = DEFAULT
-    coverage: Path | None = None  # a coverage map to reuse (else recorded, and cached beside the history)
+    coverage: Path | None = None  # a coverage map to pick the parts from (else recorded, and cached)
     coverage_folder: Path | None = None  # parts recorded by a bundle's scenarios (COVERAGE_ENV), completed here
     parts_oracle: bool = True  # False: a model survivor stays Pending (a quick look, never a full verdict)
     runner: str = RUNNER
+    journal: Path | None = None  # a folder: verdicts appended as they come; a rerun resumes from it
 
     def describe(self, revision: str) -> str:
         parts = []
@@ -81,15 +89,25 @@ class Sweep:
     selected: int = 0
     seconds: float = 0.0
     coverage: CoverageMap = field(default_factory=CoverageMap)
-    candidate_agrees: bool = True  # the candidate itself passes the model oracle
+    candidate_agrees: bool = True  # the candidate agrees with the model, and is green in every part used
+    candidate_problems: list[str] = field(default_factory=list)  # why it does not
     shard: str = ""
+    planned: list[str] = field(default_factory=list)  # the ids of the whole selection (every shard's)
+    stale_equivalents: list[str] = field(default_factory=list)  # argued ids no longer generated
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    reach: list[ReachStats] = field(default_factory=list)
 
     @property
     def reused(self) -> int:
         return sum(1 for o in self.outcomes if o.reused)
 
 
-def choose(settings: Settings, revision: str, pool: list[Mutant]) -> list[Mutant]:
+def digest(ids: list[str]) -> str:
+    """The identity of a set of mutant ids (the generator's version when it is every generated id)."""
+    return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:16]
+
+
+def choose(settings: Settings, revision: str, pool: list[Mutant], *, sharded: bool = True) -> list[Mutant]:
     chosen = pool
     if settings.objects:
         chosen = select.by_objects(chosen, settings.objects)
@@ -104,125 +122,7 @@ def choose(settings: Settings, revision: str, pool: list[Mutant]) -> list[Mutant
             chosen = changed
     elif settings.sample is not None:
         chosen = select.sample(chosen, settings.sample, revision)
-    return select.shard(chosen, settings.shard)
-
-
-# -- coverage ------------------------------------------------------------------------------
-
-
-def _runner(path: str) -> tuple[TargetRunner, Callable[[], list[Any]]]:
-    module = importlib.import_module(path)
-    return module.run_target, module.all_targets
-
-
-def record_coverage(server: Server, candidate: str, runner_path: str, known: CoverageMap | None = None) -> CoverageMap:
-    """Run every part once on the candidate, recording what it executes and how long it takes
-    (only the parts `known` lacks in every mode, when given)."""
-    run_target, all_targets = _runner(runner_path)
-    out = known or CoverageMap()
-    have = {p.label.split(" [", 1)[0] for p in out.parts}
-    targets = [t for t in all_targets() if not any(t.label.startswith(s) for s in SKIPPED_PARTS)
-               and t.label.split(" [", 1)[0] not in have]  # fmt: skip
-    for i, target in enumerate(targets):
-        progress.report(f"coverage: {target.label}", i, len(targets), unit="parts")
-        with python_calls() as python:
-            run = run_target(server, candidate, target, 300.0, f"cov{i}", coverage=True)
-        if run.red:  # the candidate must be green wherever it is measured
-            raise RuntimeError(f"the candidate is red in {target.label}: {', '.join(run.red)}")
-        out.parts.append(Covered(target.label, round(run.seconds, 3), dict(run.executed), sorted(python)))
-    oracle = ModelOracle(server, candidate, tag="cov")
-    try:
-        out.model, out.model_seconds = oracle.calls()
-    finally:
-        oracle.close()
-    return out
-
-
-def coverage_key() -> str:
-    return fingerprint(("evidence_lib", "migrations", "sql"))
-
-
-# -- judging -------------------------------------------------------------------------------
-
-
-@dataclass
-class Job:
-    """One job's state: its model oracle database and what it needs to judge."""
-
-    server: Server
-    candidate: str
-    oracle: ModelOracle
-    coverage: CoverageMap
-    run_target: TargetRunner
-    tag: str
-    parts_oracle: bool = True
-
-
-_JOB: Job | None = None
-
-
-def _start_job(server_url: str, candidate: str, coverage: CoverageMap, settings: Settings, tag: str) -> Job:
-    server = Server(maintenance_url=server_url, kind="external")
-    oracle = ModelOracle(server, candidate, examples=settings.examples, seed=SEED, tag=tag)
-    oracle.calibrate()
-    return Job(server, candidate, oracle, coverage, _runner(settings.runner)[0], tag, settings.parts_oracle)
-
-
-def _init(server_url: str, candidate: str, coverage: CoverageMap, settings: Settings) -> None:
-    global _JOB
-    tag = multiprocessing.current_process().name.rsplit("-", 1)[-1]
-    _JOB = _start_job(server_url, candidate, coverage, settings, f"j{tag}")
-
-
-def judge(job: Job, mutant: Mutant, n: int) -> Verdict:
-    """The oracle chain for one mutant."""
-    cov = job.coverage
-    if not cov.covered(mutant):
-        return Verdict("NoCoverage", "", "nothing in the evidence executes what it changes")
-    model: Verdict | None = None
-    if cov.model_covers(mutant):
-        model = job.oracle.judge(mutant)
-        if model.status != "Survived":
-            return model
-    if not job.parts_oracle:
-        return model or Verdict("Pending", "", "not judged: the parts oracle was off")
-    parts = judge_with_parts(job.server, job.candidate, mutant, cov, job.run_target, f"{job.tag}m{n}")
-    if parts.status == "NoCoverage" and model is not None:
-        return Verdict("Survived", "model", "the model agreed and no scenario part executes it", model.seconds)
-    if model is not None:
-        return Verdict(parts.status, parts.by, parts.detail, model.seconds + parts.seconds, parts.parts_run)
-    return parts
-
-
-def _judge_in_job(mutant: Mutant, n: int) -> tuple[str, Verdict]:
-    assert _JOB is not None
-    try:
-        return mutant.id, judge(_JOB, mutant, n)
-    except Exception as exc:  # the machinery broke on this mutant: said, never a silent survivor
-        return mutant.id, Verdict("RuntimeError", "the sweep", f"{type(exc).__name__}: {str(exc)[:300]}")
-
-
-def _judged(server: Server, candidate: str, coverage: CoverageMap, todo: list[Mutant],
-            settings: Settings) -> Iterator[tuple[str, Verdict]]:  # fmt: skip
-    if not todo:
-        return
-    if settings.jobs <= 1:
-        job = _start_job(server.maintenance_url, candidate, coverage, settings, "j0")
-        global _JOB
-        _JOB = job
-        try:
-            for n, mutant in enumerate(todo):
-                yield _judge_in_job(mutant, n)
-        finally:
-            job.oracle.close()
-            _JOB = None
-        return
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(settings.jobs, mp_context=context, initializer=_init,
-                             initargs=(server.maintenance_url, candidate, coverage, settings)) as pool:  # fmt: skip
-        futures: list[Future[tuple[str, Verdict]]] = [pool.submit(_judge_in_job, m, n) for n, m in enumerate(todo)]
-        for future in as_completed(futures):
-            yield future.result()
+    return select.shard(chosen, settings.shard) if sharded else chosen
 
 
 def plan(settings: Settings, revision: str) -> list[Mutant]:
@@ -230,60 +130,159 @@ def plan(settings: Settings, revision: str) -> list[Mutant]:
     return choose(settings, revision, generated().mutants)
 
 
+def coverage_key() -> str:
+    return fingerprint(("evidence_lib", "migrations", "sql"))
+
+
+class _Run:
+    """One sweep in progress: where each verdict goes (the sweep, the history, the journal)."""
+
+    def __init__(self, sweep: Sweep, history: History, journal: Journal | None, total: int) -> None:
+        self.sweep, self.history, self.journal, self.total = sweep, history, journal, total
+        self.tally: Counter[str] = Counter()
+
+    def emit(self, mutant: Mutant, verdict: Verdict, reused: bool = False) -> None:
+        self.sweep.outcomes.append(Outcome(mutant, verdict, reused))
+        self.tally[verdict.status] += 1
+        if not reused:
+            self.history.record(mutant.id, verdict)
+        if self.journal is not None and mutant.id not in self.journal.done:
+            self.journal.append(mutant.id, verdict)
+        counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(self.tally.items()))
+        progress.report(f"judging mutants ({counts})", len(self.sweep.outcomes), self.total, unit="mutants")
+
+
 def run(server: Server, candidate: str, revision: str, settings: Settings, chosen: list[Mutant] | None = None) -> Sweep:
     """Judge the selected mutants; `candidate` is a migrated template database on `server`."""
     started = time.perf_counter()
     everything = generated()
     chosen = plan(settings, revision) if chosen is None else chosen
+    planned = [m.id for m in choose(settings, revision, everything.mutants, sharded=False)] if chosen else []
     sweep = Sweep(revision, settings.describe(revision), generated=everything, selected=len(chosen),
-                  shard=str(settings.shard or ""))  # fmt: skip
+                  shard=str(settings.shard or ""), planned=planned)  # fmt: skip
     argued = equivalents()
+    ids = {m.id for m in everything.mutants}
+    sweep.stale_equivalents = sorted(i for i in argued if i not in ids)
+    header = Header(revision, digest(sorted(ids)), sweep.mode, digest(planned))
+    journal = Journal(settings.journal, header) if settings.journal else None
     history = History(settings.history)
+    state = _Run(sweep, history, journal, len(chosen))
     todo: list[Mutant] = []
     for mutant in chosen:
         if mutant.id in argued:
-            sweep.outcomes.append(Outcome(mutant, Verdict("Ignored", "argued equivalent", argued[mutant.id])))
+            state.emit(mutant, Verdict("Ignored", "argued equivalent", argued[mutant.id]))
+        elif journal is not None and mutant.id in journal.done:
+            state.emit(mutant, journal.done[mutant.id], reused=True)
         elif (verdict := history.reusable(mutant.id)) is not None:
-            sweep.outcomes.append(Outcome(mutant, verdict, reused=True))
+            state.emit(mutant, verdict, reused=True)
         else:
             todo.append(mutant)
-    sweep.coverage = _coverage(server, candidate, settings) if todo else CoverageMap()
-    by_id = {m.id: m for m in todo}
-    tally: Counter[str] = Counter()
-    for done, (mutant_id, verdict) in enumerate(_judged(server, candidate, sweep.coverage, todo, settings)):
-        tally[verdict.status] += 1
-        counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(tally.items()))
-        progress.report(f"judging mutants ({counts})", done + 1, len(todo), unit="mutants")
-        sweep.outcomes.append(Outcome(by_id[mutant_id], verdict))
-        history.record(mutant_id, verdict)
-        if done % 50 == 49:
-            history.save()
-    history.save()
+    try:
+        _judge(server, candidate, settings, todo, state)
+    finally:
+        history.save()
+        if journal is not None:
+            journal.close()
     sweep.outcomes.sort(key=lambda o: (o.mutant.file, o.mutant.span.start, o.mutant.id))
     sweep.seconds = time.perf_counter() - started
     return sweep
 
 
-def _coverage(server: Server, candidate: str, settings: Settings) -> CoverageMap:
-    if not settings.parts_oracle:  # the model alone: only what its histories execute
-        oracle = ModelOracle(server, candidate, tag="cov")
-        try:
-            model, seconds = oracle.calls()
-        finally:
-            oracle.close()
-        return CoverageMap([], model, seconds)
+def _judge(server: Server, candidate: str, settings: Settings, todo: list[Mutant], state: _Run) -> None:
+    sweep, by_id = state.sweep, {m.id: m for m in todo}
+    clock = time.perf_counter()
+    after_model: dict[str, Verdict] = {}  # a model survivor or a mutant the model does not reach
+    sql = [m for m in todo if m.kind == "sql"]
+    for item in reach_in_jobs(server, candidate, sql, settings.jobs, settings.examples):
+        if isinstance(item, ReachStats):
+            sweep.reach.append(item)
+            if not item.candidate_agrees:
+                sweep.candidate_agrees = False
+                sweep.candidate_problems.append(f"the model disagrees with the candidate: {item.candidate_problem}")
+        elif item.verdict.status in FINAL:
+            state.emit(by_id[item.mutant_id], item.verdict)
+        else:
+            after_model[item.mutant_id] = item.verdict
+    sweep.phases["model"] = time.perf_counter() - clock
+    rest = [m for m in todo if m.kind != "sql" or m.id in after_model]
+    if not settings.parts_oracle:
+        for m in rest:
+            state.emit(m, after_model.get(m.id) or Verdict("Pending", "", "not judged: the parts oracle was off"))
+        return
+    clock = time.perf_counter()
+    sweep.coverage = _candidate_parts(server, candidate, settings, rest, sweep)
+    sweep.phases["candidate parts"] = time.perf_counter() - clock
+    usable = [p for p in sweep.coverage.parts if not p.red]
+    cover = CoverageMap(usable, sweep.coverage.model, sweep.coverage.model_seconds)
+    clock = time.perf_counter()
+    work: list[tuple[Mutant, list[Covered]]] = []
+    for m in rest:
+        parts = cover.parts_for(m)
+        model = after_model.get(m.id)
+        if parts:
+            work.append((m, parts))
+        elif model is not None and model.status == "Survived":
+            state.emit(m, replace(model, detail=f"{model.detail}; no scenario part executes it"))
+        else:
+            state.emit(m, Verdict("NoCoverage", "", "neither the model nor any scenario part executes it"))
+    for done in parts_in_jobs(server, candidate, settings.runner, settings.jobs, mutants=work):
+        assert isinstance(done, Judged)
+        verdict, model = done.verdict, after_model.get(done.mutant_id)
+        if model is not None:
+            verdict = replace(verdict, seconds=verdict.seconds + model.seconds)
+        state.emit(by_id[done.mutant_id], verdict)
+    sweep.phases["parts"] = time.perf_counter() - clock
+
+
+def _candidate_parts(server: Server, candidate: str, settings: Settings, rest: list[Mutant],
+                     sweep: Sweep) -> CoverageMap:  # fmt: skip
+    """The candidate's run of every part the remaining mutants need, in this sweep: coverage (engine
+    functions, worker lines) and the gates green there. A bundle's scenarios ran them minutes ago
+    on this candidate (their records are used as they are); otherwise a cached map picks the parts
+    (every part when there is none) and they run on the candidate now."""
     folder = settings.coverage_folder
     if folder is not None and any(folder.glob("*.jsonl")):
-        progress.report("coverage: the parts the scenarios of this bundle recorded, and the rest")
         known = CoverageMap.from_folder(folder)
-        known.parts = [p for p in known.parts if not any(p.label.startswith(s) for s in SKIPPED_PARTS)]
-        return record_coverage(server, candidate, settings.runner, known)
+        have = {p.label for p in known.parts}
+        missing = [t for t in _targets(settings) if t.label not in have]
+        progress.report(f"candidate: the parts this bundle's scenarios ran, and {len(missing)} more")
+        known.parts = [p for p in known.parts if not _skipped(p.label)]
+        known.parts += _run_on_candidate(server, candidate, settings, missing)
+        return _checked(known, sweep)
     cached = settings.coverage or (DEFAULT.parent / f"coverage-{coverage_key()}.json")
+    targets = _targets(settings)
     if cached.is_file():
-        return CoverageMap.load(cached)
-    progress.report("coverage: every part once on the candidate")
-    coverage = record_coverage(server, candidate, settings.runner)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    coverage.save(cached)
-    return coverage
+        old = CoverageMap.load(cached)
+        needed = {p.label for m in rest for p in old.parts_for(m)}
+        targets = [t for t in targets if t.label in needed or t.label not in {p.label for p in old.parts}]
+    progress.report(f"candidate: {len(targets)} scenario parts, for coverage and the gates green there")
+    fresh = CoverageMap(_run_on_candidate(server, candidate, settings, targets))
+    if not cached.is_file() or len(targets) == len(_targets(settings)):
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        fresh.save(cached)
+    return _checked(fresh, sweep)
 
+
+def _skipped(label: str) -> bool:
+    return any(label.startswith(s) for s in SKIPPED_PARTS)
+
+
+def _targets(settings: Settings) -> list[Target]:
+    return [t for t in runner_of(settings.runner)[1]() if not _skipped(t.label)]
+
+
+def _run_on_candidate(server: Server, candidate: str, settings: Settings, targets: list[Target]) -> list[Covered]:
+    out: list[Covered] = []
+    for n, item in enumerate(parts_in_jobs(server, candidate, settings.runner, settings.jobs, targets=targets)):
+        assert isinstance(item, Covered)
+        progress.report(f"candidate: {item.label}", n + 1, len(targets), unit="parts")
+        out.append(item)
+    return out
+
+
+def _checked(coverage: CoverageMap, sweep: Sweep) -> CoverageMap:
+    for part in coverage.parts:
+        if part.red:
+            sweep.candidate_agrees = False
+            sweep.candidate_problems.append(f"the candidate is red in {part.label}: {', '.join(part.red[:3])}")
+    return coverage

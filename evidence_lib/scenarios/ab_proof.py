@@ -10,13 +10,13 @@ import time
 from typing import Any
 from uuid import UUID
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine import v2
 from evidence_lib.engine.flows import AnyFlow, Flow, QueueMode, compile_flow, route, with_step_queues
 from evidence_lib.engine.jsontypes import Json
 from evidence_lib.harness.ab_flow import ABSteps, define_ab, read_step_message, step_of
 from evidence_lib.harness.faults import LostAckProxy, xact_status
 from evidence_lib.pg.db import Conn, connect, one, rows
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, run_parts, single_database
 from evidence_lib.scenarios.support.readback import run_state

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine import v1, v2
 from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, route
 from evidence_lib.engine.sqlstates import SqlState
 from evidence_lib.harness.ab_flow import define_ab, read_step_message
 from evidence_lib.harness.snapshots import attempt, diff, snapshot
 from evidence_lib.pg.db import Conn, connect, one
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios import admission_claims, admission_v1
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, modeless, run_parts, single_database

@@ -14,7 +14,6 @@ from uuid import UUID
 
 import psycopg
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine import v2
 from evidence_lib.engine.flows import AnyFlow, QueueMode, route
 from evidence_lib.engine.jsontypes import Json
@@ -23,6 +22,7 @@ from evidence_lib.harness.ab_flow import define_ab, read_step_message
 from evidence_lib.harness.snapshots import Snapshot, diff, snapshot
 from evidence_lib.harness.waits import wait_for_lease_expiry
 from evidence_lib.pg.db import Conn, connect
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios.support import consistency
 
 # (state, the write that puts a fresh run with A's task queued into it, what the claim must do)

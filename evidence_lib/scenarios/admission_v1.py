@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine import v1
 from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, route, with_step_queues
 from evidence_lib.harness.sessions import Controller, Session
 from evidence_lib.pg.db import Conn, connect, one, rows
 from evidence_lib.plain import plain
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios.support import consistency
 
 

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from evidence_lib import progress
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine.flows import QueueMode
 from evidence_lib.model.bench import Bench
 from evidence_lib.model.check import CheckResult, Counterexample, check, machine_for, run_tour
@@ -22,6 +21,7 @@ from evidence_lib.mutation.catalogue import catalogue
 from evidence_lib.mutation.controls import Control
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Server, connect
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios.support.parts import Databases, PartSpec, migrated_template
 from evidence_lib.scenarios.support.setup import scenario_server
 

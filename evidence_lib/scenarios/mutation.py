@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from evidence_lib import progress
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.mutation import report, select
 from evidence_lib.mutation.history import DEFAULT
 from evidence_lib.mutation.report import Metrics
 from evidence_lib.mutation.sweep import Settings, Sweep, plan
 from evidence_lib.mutation.sweep import run as sweep_run
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios.support.parts import migrated_template
 from evidence_lib.scenarios.support.setup import scenario_server
 
@@ -91,7 +91,7 @@ def run(
 
 def headline(m: Metrics, mode: str) -> str:
     return (f"mutation score: {m.detected} of {m.valid} ({m.ignored} equivalent, {m.compile_errors} not compiling, "
-            f"{m.timeout} timeouts; {mode})")  # fmt: skip
+            f"{m.runtime_errors} runtime errors, {m.timeout} timeouts; {mode})")  # fmt: skip
 
 
 def record(result: ScenarioResult, sweep: Sweep) -> None:
@@ -123,12 +123,20 @@ def record(result: ScenarioResult, sweep: Sweep) -> None:
     result.table("errors", [{"id": o.mutant.id, "object": o.mutant.obj, "status": o.verdict.status,
                              "why": o.verdict.detail}
                             for o in outcomes if o.verdict.status in ("RuntimeError", "CompileError")])  # fmt: skip
-    broken = [o for o in outcomes if o.verdict.status == "RuntimeError"]
+    result.table("candidate", [{"part": p.label, "seconds": p.seconds, "gates green": len(p.green),
+                                "gates red": len(p.red), "red": ", ".join(p.red[:3])}
+                               for p in sweep.coverage.parts])  # fmt: skip
+    result.table("phases", [{"phase": k, "seconds": round(v, 1)} for k, v in sweep.phases.items()])
+    broken = [o for o in outcomes if o.verdict.status == "RuntimeError" and o.verdict.by == "the sweep"]
     first = f"{broken[0].mutant.label}: {broken[0].verdict.detail}" if broken else ""
-    result.gate("every_mutant_reached_a_verdict", not broken,
+    result.gate("the_sweep_judged_every_mutant", not broken,
                 f"{len(outcomes)} verdicts" if not broken else f"{len(broken)} broke the sweep: {first}")  # fmt: skip
     result.gate("the_candidate_agrees_with_every_oracle", sweep.candidate_agrees,
-                "the candidate passes the model oracle and is green in every part coverage ran")  # fmt: skip
+                "the candidate agrees with the model in every job and is green in every part this sweep ran on it"
+                if sweep.candidate_agrees else "; ".join(sweep.candidate_problems)[:1500])  # fmt: skip
+    result.gate("no_argued_equivalent_is_stale", not sweep.stale_equivalents,
+                "every id in equivalents.toml is a mutant of this revision" if not sweep.stale_equivalents
+                else f"argued but no longer generated: {', '.join(sweep.stale_equivalents)}")  # fmt: skip
     _targets(result, sweep, sql, python, by_model, everything.detected)
 
 

@@ -16,13 +16,13 @@ import time
 from collections.abc import Iterator
 
 from evidence_lib import progress
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.mutation.apply import apply_sql, swapped
 from evidence_lib.mutation.catalogue import catalogue
 from evidence_lib.mutation.controls import Control, Target
 from evidence_lib.mutation.judging import TargetRun
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Server, connect
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios.support.parts import migrated_template
 from evidence_lib.scenarios.support.setup import scenario_server
 from evidence_lib.scenarios.support.targets import run_target

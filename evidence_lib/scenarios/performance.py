@@ -18,8 +18,8 @@ import matplotlib.pyplot as plt
 from evidence_lib import progress
 from evidence_lib.bench import pools
 from evidence_lib.bench.starvation import run_starvation
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.pg.db import Server, connect, rows
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios import performance_scale
 from evidence_lib.scenarios.performance_more import comparison, history, over_time
 from evidence_lib.scenarios.performance_restart import restart_soak

@@ -10,7 +10,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from evidence_lib.bundle.result import ScenarioResult
+from evidence_lib.results.scenario import ScenarioResult
 
 COLOURS = {"raw": "black", "anchor": "#dd8452", "v1": "#4c72b0", "v2": "#55a868", "v2 polling": "#8c8c8c"}
 

@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt
 from evidence_lib import progress
 from evidence_lib.bench.comparison import TARGETS, compare
 from evidence_lib.bench.growth import growth
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.pg.db import Server
+from evidence_lib.results.scenario import ScenarioResult
 
 BIN = 0.5  # seconds per point of the over-time charts
 

@@ -6,9 +6,9 @@ flight (`restart_fault`). Skipped, and said, on a server this suite does not own
 from __future__ import annotations
 
 from evidence_lib import progress
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Server, connect
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios.performance_more import over_time
 from evidence_lib.scenarios.restart_fault import run_restart
 from evidence_lib.scenarios.support import consistency

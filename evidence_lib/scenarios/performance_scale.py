@@ -20,9 +20,9 @@ from evidence_lib import progress
 from evidence_lib.bench import anchor, pools
 from evidence_lib.bench.pools import System
 from evidence_lib.bench.throughput import Throughput, raw_pgmq
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.pg import db, migrate
 from evidence_lib.pg.db import Server, connect
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios import performance_charts
 
 Case = str  # "raw" or a pool System

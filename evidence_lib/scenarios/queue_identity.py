@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine import v1, v2
 from evidence_lib.engine.flows import AnyFlow, Flow, compile_flow, route, with_step_queues
 from evidence_lib.engine.queues import step_queue_name
@@ -18,6 +17,7 @@ from evidence_lib.harness.ab_flow import define_ab, read_step_message
 from evidence_lib.harness.snapshots import attempt, diff, snapshot
 from evidence_lib.pg import db, migrate
 from evidence_lib.pg.db import Server, connect, one, rows
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios.queue_identity_races import concurrent_definitions
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, modeless, run_parts

@@ -18,11 +18,11 @@ from typing import Any
 
 import psycopg
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine.sqlstates import SqlState
 from evidence_lib.harness.locks import LockWait
 from evidence_lib.harness.sessions import Controller, Session
 from evidence_lib.pg.db import Conn, connect
+from evidence_lib.results.scenario import ScenarioResult
 
 NAME_KEY_SPACE = 7100  # the contract's advisory locks on queue names
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from evidence_lib import PROJECT_ROOT
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine.flows import QueueMode
 from evidence_lib.harness.isolation import PermutationRun, RaceContext, RaceSpec, run_spec, transcript
 from evidence_lib.harness.load import competing_load
 from evidence_lib.pg.db import connect, one
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios import race_specs, race_specs_next, race_specs_v1
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import Databases, Part, PartSpec, candidate_databases, run_parts

@@ -14,7 +14,6 @@ from uuid import UUID
 import matplotlib.pyplot as plt
 import psycopg
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine import v1, v2
 from evidence_lib.engine.flows import AnyFlow, QueueMode, route
 from evidence_lib.engine.sqlstates import SqlState
@@ -25,6 +24,7 @@ from evidence_lib.harness.snapshots import diff, snapshot
 from evidence_lib.harness.waits import WaitTimeout, wait_for_backoff, wait_for_lease_expiry
 from evidence_lib.pg.db import Conn, connect, one, rows
 from evidence_lib.plain import plain
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios import wakeups
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, run_parts, single_database

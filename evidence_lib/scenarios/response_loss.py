@@ -10,7 +10,6 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine import v2
 from evidence_lib.engine.flows import Flow, QueueMode, compile_flow, with_step_queues
 from evidence_lib.engine.jsontypes import Json
@@ -20,6 +19,7 @@ from evidence_lib.harness.snapshots import diff, snapshot
 from evidence_lib.pg import db
 from evidence_lib.pg.control import Crash
 from evidence_lib.pg.db import connect, one
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios.restart_fault import run_restart
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import Databases, PartSpec, candidate_databases, run_parts, single_database

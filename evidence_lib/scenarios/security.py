@@ -16,11 +16,11 @@ from typing import Any, get_args
 
 import psycopg
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine.flows import QueueMode
 from evidence_lib.engine.roles import Role, may_execute
 from evidence_lib.harness.snapshots import diff, snapshot
 from evidence_lib.pg.db import Conn, connect, one, rows
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios import shadowing
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, modeless, run_parts, single_database

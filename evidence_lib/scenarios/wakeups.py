@@ -13,12 +13,12 @@ from __future__ import annotations
 import threading
 import time
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine import v2
 from evidence_lib.engine.flows import QueueMode, route
 from evidence_lib.harness.ab_flow import define_ab, step_of
 from evidence_lib.harness.waits import WaitTimeout
 from evidence_lib.pg.db import Conn, connect, one, rows
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.workers.config import WorkerConfig
 from evidence_lib.workers.reconciler import Reconciler
 from evidence_lib.workers.timing import CallTimes

@@ -9,6 +9,11 @@ field replaced by another of the same type in scope.
   the same type;
 - an unqualified column of a statement that names one relation: every other column of it with the
   same type.
+- a written column (`targets`): each column of an `insert` column list and each target of an
+  `update ... set` replaced by every other column of the table with the same type that the
+  statement does not write already;
+- an `into` target (`into_targets`: `select ... into v`, `... returning ... into v`): every other
+  variable of the same scalar type.
 Types come from `sql/` (table columns, composite types, declarations); nothing is guessed: a
 reference whose type is unknown (a `record` variable's fields) gets no mutant.
 """
@@ -19,7 +24,8 @@ from collections.abc import Iterator
 
 from pglast import ast
 
-from evidence_lib.mutation.families import ExprContext
+from evidence_lib.mutation.families import ExprContext, TextChange
+from evidence_lib.mutation.plpgsql import Body
 from evidence_lib.mutation.sources import Engine
 from evidence_lib.mutation.sqltree import NodeChange, walk
 
@@ -90,3 +96,60 @@ def identifiers(ctx: ExprContext) -> Iterator[NodeChange]:
             for other, typ in columns.items():
                 if other != column and column in columns and typ == columns[column]:
                     yield NodeChange(f"{alias}.{column}To{alias}.{other}", path, _to(alias, other), loc)
+
+
+def _renamed(name: str):  # type: ignore[no-untyped-def]
+    def build(node: ast.Node) -> ast.Node:
+        assert isinstance(node, ast.ResTarget)
+        return ast.ResTarget(name=name, indirection=node.indirection, val=node.val, location=node.location)
+
+    return build
+
+
+def targets(ctx: ExprContext) -> Iterator[NodeChange]:
+    """A column an `insert` lists or an `update` sets, written into another of the same type."""
+    for path, node in walk(ctx.root):
+        if isinstance(node, ast.InsertStmt) and node.cols:
+            listed, attr = node.cols, "cols"
+        elif isinstance(node, ast.UpdateStmt) and node.targetList:
+            listed, attr = node.targetList, "targetList"
+        else:
+            continue
+        relation = node.relation
+        if relation is None or relation.schemaname != "engine":
+            continue
+        columns = ctx.engine.columns.get(str(relation.relname), {})
+        written = {str(t.name) for t in listed}
+        for i, target in enumerate(listed):
+            column = str(target.name)
+            if target.indirection or column not in columns:
+                continue
+            for other, typ in columns.items():
+                if other not in written and typ == columns[column]:
+                    yield NodeChange(f"Write{column}To{other}", (*path, (attr, i)), _renamed(other), target.location)
+
+
+def into_targets(body: Body) -> Iterator[TextChange]:
+    """`select ... into v_a` (and `returning ... into v_a`) to `into v_b`, v_b of the same type."""
+    scalars = {n: v.type for n, v in body.variables.items()
+               if "." not in v.type and v.type not in ("record", "trigger row") and not v.is_param}  # fmt: skip
+    text = body.fn.text
+    for i, expr in enumerate(body.exprs):
+        if not expr.into:
+            continue
+        after_into = False
+        for token in body.tokens:
+            at = body.fn.body_start + token.start
+            if not expr.start <= at < expr.end:
+                continue
+            word = text[at : body.fn.body_start + token.end + 1]
+            if word.lower() == "into":
+                after_into = True
+            elif after_into and word.lower() == "strict":
+                continue
+            elif after_into and word in scalars:
+                for other, typ in scalars.items():
+                    if other != word and typ == scalars[word]:
+                        yield TextChange(f"Into{word}To{other}", at, at + len(word), other, f"e{i}:into:{word}")
+            elif after_into and word != ",":
+                after_into = False

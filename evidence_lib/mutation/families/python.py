@@ -1,6 +1,7 @@
 """The Python families, from Python's `ast` (PIT's defaults, in Python): operators (comparisons,
 arithmetic, `and`/`or`, `not` removed), constants (numbers to one more, one less and 0),
-booleans (`True`/`False` flipped, every condition negated), statements (each statement of a
+booleans (`True`/`False` flipped, every condition negated, and every `if` and loop condition
+forced true and false: each branch of the driver loops always and never taken), statements (each statement of a
 body deleted) and returns (`return x` to `return None`). Each yields (operator, node index, the
 mutated copy of the function) for one function; the node index is its position in `ast.walk`
 order, so a mutant names the same node while the function is unchanged."""
@@ -108,6 +109,16 @@ def booleans(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[Change]:
                 setattr(n, field, ast.UnaryOp(op=ast.Not(), operand=getattr(n, field)))
                 return n
             yield "ConditionNegated", i, _mutate(fn, i, negate)
+            if isinstance(node, ast.If | ast.While | ast.IfExp) and not isinstance(getattr(node, field), ast.Constant):
+                for forced in (True, False):  # PIT's REMOVE_CONDITIONALS: each branch always, and never, taken
+                    if forced and isinstance(node, ast.While):
+                        continue  # `while True` with no way out is a hang, not a branch
+
+                    def force(n: ast.AST, field: str = field, forced: bool = forced) -> ast.AST:
+                        setattr(n, field, ast.Constant(value=forced))
+                        return n
+
+                    yield f"Condition{forced}", i, _mutate(fn, i, force)
 
 
 def statements(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[Change]:

@@ -5,6 +5,7 @@ and an early RETURN inserted after each guard (an IF that raises or returns)."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 
 from pglast import ast
@@ -13,6 +14,7 @@ from evidence_lib.mutation.families import ExprContext, TextChange
 from evidence_lib.mutation.plpgsql import Body
 from evidence_lib.mutation.sqltree import REMOVED, NodeChange, Removed, walk
 
+HIGHER_ORDER_PER_FUNCTION = 4  # pairs sampled per function, seeded by its name
 DELETABLE = ("perform", "execsql", "assign", "raise", "return", "return_next", "dynexecute", "exit", "sql")
 
 
@@ -68,3 +70,23 @@ def set_assignments(ctx: ExprContext) -> Iterator[NodeChange]:
             for i, target in enumerate(node.targetList):
                 yield NodeChange(f"SetAssignmentRemoved:{target.name}", (*path, ("targetList", i)), _drop,
                                  target.location)  # fmt: skip
+
+
+def pairs(body: Body) -> Iterator[tuple[TextChange, TextChange]]:
+    """Two statements of one function deleted together (a higher-order mutant: a defect spread over
+    two statements, which one deletion alone may not show): a sample seeded by the function's
+    name, at most HIGHER_ORDER_PER_FUNCTION, from pairs of the same kind (two resets, two
+    updates, two inserts) and from a guard with the lock taken before it."""
+    deleted = list(deletions(body))
+    statements = list(body.walk())
+    guards = [TextChange("GuardDeleted", st.start, st.end, "null;", f"s{i}:guard")
+              for i, st in enumerate(statements) if st.kind == "if" and st.is_guard]  # fmt: skip
+    locks = [d for d in deleted if " for update" in body.fn.text[d.start : d.end].lower()
+             or " for no key update" in body.fn.text[d.start : d.end].lower()]  # fmt: skip
+    same = [(a, b) for i, a in enumerate(deleted) for b in deleted[i + 1 :]
+            if a.operator == b.operator and a.end <= b.start]  # fmt: skip
+    guarded = [(lock, guard) for lock in locks for guard in guards if lock.end <= guard.start]
+    candidates = same + guarded
+    rng = random.Random(body.fn.name)
+    yield from sorted(rng.sample(candidates, min(len(candidates), HIGHER_ORDER_PER_FUNCTION)),
+                      key=lambda p: (p[0].start, p[1].start))  # fmt: skip

@@ -19,8 +19,8 @@ from typing import Any
 
 from psycopg import sql
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.pg.db import Conn
+from evidence_lib.results.scenario import ScenarioResult
 
 TABLE = "consistency_checks"
 GATE = "engine_and_queues_agree_after_every_step"

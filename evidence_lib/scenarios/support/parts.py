@@ -21,11 +21,11 @@ from pathlib import Path
 from psycopg import sql
 
 from evidence_lib import progress
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine.flows import QueueMode
-from evidence_lib.mutation.coverage import COVERAGE_ENV, Covered, python_calls
+from evidence_lib.mutation.coverage import COVERAGE_ENV, Covered, gate_key, python_lines
 from evidence_lib.pg import db, migrate
 from evidence_lib.pg.db import Server, connect
+from evidence_lib.results.scenario import ScenarioResult
 
 Part = Callable[[ScenarioResult, "Databases", QueueMode], None]
 
@@ -60,10 +60,12 @@ def modeless(fn: Callable[[ScenarioResult, str], None]) -> Part:
 
 
 def run_part(result: ScenarioResult, spec: PartSpec, databases: Databases, mode: QueueMode | None) -> None:
-    """Run one part; an exception becomes the red gate `<part>_ran_to_the_end` naming it."""
+    """Run one part; an exception becomes the red gate `<part>_ran_to_the_end` naming it (and is
+    kept in `result.escaped`, so the mutation sweep can tell the engine's errors from others)."""
     try:
         spec.fn(result, databases, mode or "flow")
     except Exception as exc:
+        result.escaped.append(exc)
         result.gate(f"{spec.name}_ran_to_the_end", False, f"{type(exc).__name__}: {exc}", mode or "")
 
 
@@ -82,12 +84,14 @@ def run_parts(
             continue
         databases.coverage = True
         databases.executed.clear()
-        started = time.perf_counter()
-        with databases.collecting(), python_calls() as python:
+        started, first = time.perf_counter(), len(result.gates)
+        with databases.collecting(), python_lines() as lines:
             run_part(result, spec, databases, mode)
         scenario = result.scenario.split("_", 1)[-1]  # "01_ab_proof" -> "ab_proof"
         label = f"{scenario}/{spec.name}" + (f" [{mode}]" if mode else "")
-        covered = Covered(label, round(time.perf_counter() - started, 3), dict(databases.executed), sorted(python))
+        gates = result.gates[first:]
+        covered = Covered(label, round(time.perf_counter() - started, 3), dict(databases.executed), lines,
+                          [gate_key(g) for g in gates if g.passed], [gate_key(g) for g in gates if not g.passed])
         path = Path(sink) / f"{scenario}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as out:

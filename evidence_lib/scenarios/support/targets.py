@@ -9,14 +9,16 @@ a runner instead of reaching for scenarios itself.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.mutation.controls import Target
+from evidence_lib.mutation.coverage import python_lines
 from evidence_lib.mutation.judging import TargetRun
 from evidence_lib.pg.db import Server
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios import (
     ab_proof,
     admission,
@@ -62,7 +64,8 @@ def all_targets() -> list[Target]:
 def run_target(server: Server, template: str, target: Target, deadline: float, tag: str,
                coverage: bool = False) -> TargetRun:  # fmt: skip
     """Run one target part on clones of `template` within `deadline` seconds; with `coverage`,
-    also record which engine functions its databases executed (`track_functions`)."""
+    also record which engine functions its databases executed (`track_functions`) and which lines
+    of the worker code ran (coverage.py)."""
     spec = find_part(target)
     sub = ScenarioResult(target.scenario, target.part, {})
     prefix = f"nc{tag}"
@@ -74,16 +77,19 @@ def run_target(server: Server, template: str, target: Target, deadline: float, t
             run_part(sub, spec, databases, target.mode)
 
     worker = threading.Thread(target=go, name=f"target-{tag}", daemon=True)
-    worker.start()
-    worker.join(deadline)
-    hit = worker.is_alive()
+    lines: dict[str, list[int]] = {}
+    with python_lines() if coverage else contextlib.nullcontext(lines) as lines:
+        worker.start()
+        worker.join(deadline)
+        hit = worker.is_alive()
     if hit:  # cut the part off: its sessions die, its calls raise, its thread ends
         terminate(server, prefix)
         worker.join(10)
         sub.gate("finished_within_the_deadline", False, f"still running after {deadline:.0f} s; sessions terminated")
     if consistency.TABLE in sub.tables:
         consistency.gates(sub)
-    return TargetRun(target, list(sub.gates), time.perf_counter() - started, hit, dict(databases.executed))
+    return TargetRun(target, list(sub.gates), time.perf_counter() - started, hit, dict(databases.executed),
+                     list(sub.escaped), dict(lines))
 
 
 def terminate(server: Server, prefix: str) -> None:

@@ -22,25 +22,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
+from evidence_lib.results.gate import DuplicateGate, Gate
+
 PASS_STYLE = "background-color: #d4f4dd; color: #0b5d1e; font-weight: bold"
 FAIL_STYLE = "background-color: #fbd5d5; color: #8a1111; font-weight: bold"
-
-
-@dataclass
-class Gate:
-    name: str
-    passed: bool
-    detail: str = ""
-    mode: str = ""
-    point: str = ""  # a parameter point such as "workers=2" when one gate is computed at several
-
-    def key(self, scenario: str) -> str:
-        """The gate's unique key in a bundle: scenario/mode/name[@point]."""
-        return f"{scenario}/{self.mode or '-'}/{self.name}" + (f"@{self.point}" if self.point else "")
-
-
-class DuplicateGate(ValueError):
-    """A gate was recorded twice under one key; a second verdict would hide the first."""
 
 
 class UnlabelledChart(ValueError):
@@ -109,6 +94,7 @@ class ScenarioResult:
     headline: str = ""  # one line the index shows next to the scenario's verdict
     targets_missed: list[str] = field(default_factory=list)  # measurements below their targets (not gates)
     documents: dict[str, Any] = field(default_factory=dict)  # bundle-level JSON files (perf.json)
+    escaped: list[BaseException] = field(default_factory=list)  # what stopped a part (never saved)
 
     # -- building ----------------------------------------------------------------------------
 

@@ -1,0 +1,187 @@
+"""The statuses mean what the shared schema says (issue 32): each defect that once let a status lie
+is shown here not to come back."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from evidence_lib.bundle.cli import main
+from evidence_lib.harness.locks import LivenessTimeout
+from evidence_lib.mutation import report, select, sweep
+from evidence_lib.mutation.catalogue import catalogue
+from evidence_lib.mutation.controls import Target
+from evidence_lib.mutation.coverage import Covered
+from evidence_lib.mutation.judging import TargetRun, part_verdict
+from evidence_lib.mutation.oracles import ModelOracle, judge_with_parts
+from evidence_lib.mutation.reach import ReachOracle
+from evidence_lib.mutation.registry import generated
+from evidence_lib.pg import db
+from evidence_lib.pg.db import Server, connect
+from evidence_lib.results.gate import Gate
+from evidence_lib.results.scenario import ScenarioResult
+from evidence_lib.scenarios import mutation as scenario
+
+SMALL = ("_is_valid_slug", "_task_message")
+TARGET = Target("ab_proof", "proof", (), "flow")
+CANDIDATE = Covered("ab_proof/proof [flow]", 1.0, green=["flow/b_created_once", "flow/run_completed"])
+
+
+class NotClaimable(psycopg.errors.DatabaseError):
+    sqlstate = "DR006"  # as psycopg raises an SQLSTATE it has no class for
+
+
+def _run(*gates: Gate, escaped: list[BaseException] | None = None, hit: bool = False) -> TargetRun:
+    return TargetRun(TARGET, list(gates), 1.0, hit, escaped=escaped or [])
+
+
+def test_a_red_gate_kills_only_when_it_was_green_on_the_candidate() -> None:
+    killed = part_verdict(_run(Gate("b_created_once", False, mode="flow")), CANDIDATE, 10)
+    assert killed is not None and killed.status == "Killed" and "b_created_once" in killed.detail
+    other = part_verdict(_run(Gate("a_gate_the_candidate_never_had", False, mode="flow")), CANDIDATE, 10)
+    assert other is not None and other.status == "RuntimeError" and "not green on the candidate" in other.detail
+    assert part_verdict(_run(Gate("b_created_once", True, mode="flow")), CANDIDATE, 10) is None
+
+
+@pytest.mark.parametrize(
+    ("escaped", "status"),
+    [
+        (NotClaimable("not claimable"), "Killed"),  # the engine's own refusal
+        (psycopg.errors.UniqueViolation("duplicate key"), "Killed"),  # the engine's constraint
+        (psycopg.OperationalError("the connection is lost"), "RuntimeError"),  # not the engine
+        (psycopg.errors.UndefinedFile("could not access file"), "RuntimeError"),  # a missing binary or file
+        (KeyError("rows"), "RuntimeError"),  # a harness bug
+        (psycopg.errors.QueryCanceled("canceling statement due to statement timeout"), "Timeout"),
+        (LivenessTimeout("a session neither completed nor blocked"), "Timeout"),
+    ],
+)
+def test_a_part_stopped_by_something_other_than_the_engine_is_a_runtime_error(
+    escaped: BaseException, status: str
+) -> None:
+    stopped = Gate("proof_ran_to_the_end", False, f"{escaped}", "flow")
+    verdict = part_verdict(_run(stopped, escaped=[escaped]), CANDIDATE, 10)
+    assert verdict is not None and verdict.status == status, verdict
+
+
+def test_a_timeout_is_tried_again_with_twice_the_time(server: Server, template_db: str) -> None:
+    mutant = next(m for m in generated().mutants if m.kind == "sql" and m.functions == ("_task_message",))
+    asked: list[float] = []
+
+    def runner(server: Server, template: str, target: Target, deadline: float, tag: str,
+               coverage: bool = False) -> TargetRun:  # fmt: skip
+        asked.append(deadline)
+        return _run(hit=len(asked) == 1)  # the first run hits its deadline, the second is green
+
+    verdict = judge_with_parts(server, template_db, mutant, [CANDIDATE], runner, "tt")
+    assert asked == [asked[0], 2 * asked[0]] and verdict.status == "Survived", verdict
+    asked.clear()
+
+    def slow(server: Server, template: str, target: Target, deadline: float, tag: str,
+             coverage: bool = False) -> TargetRun:  # fmt: skip
+        asked.append(deadline)
+        return _run(hit=True)
+
+    verdict = judge_with_parts(server, template_db, mutant, [CANDIDATE], slow, "tu")
+    assert verdict.status == "Timeout" and "twice the time" in verdict.detail and len(asked) == 2
+
+
+def test_two_model_oracles_side_by_side_kill_nothing_with_a_probe(server: Server, template_db: str) -> None:
+    """The role probe once created a cluster-wide role inside the oracle's transaction: the second
+    job waited on the first's uncommitted role until its statement timeout, a "kill"."""
+    results: dict[int, bool] = {}
+
+    def one(i: int) -> None:
+        oracle = ModelOracle(server, template_db, examples=1, tag=f"side{i}")
+        try:
+            results[i] = oracle.calibrate().passed
+        finally:
+            oracle.close()
+
+    with connect(server.maintenance_url) as conn:
+        conn.execute("drop role if exists engine_model_nobody")
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert results == {0: True, 1: True}
+
+
+def test_the_candidate_agrees_gate_turns_red_on_a_candidate_the_model_disagrees_with(
+    server: Server, template_db: str, tmp_path: Path
+) -> None:
+    control = next(c for c in catalogue() if c.name == "settle_does_not_bump_the_generation")
+    name = db.scratch_name("badcand")
+    url = db.create_database(server, name, template=template_db)
+    try:
+        with connect(url) as conn, conn.transaction():
+            conn.execute(control.mutant().patch.encode())
+        settings = sweep.Settings(objects=SMALL, examples=1, history=None, parts_oracle=False)
+        bad = sweep.run(server, name, "testrev", settings)
+    finally:
+        db.drop_database(server, name)
+    assert not bad.candidate_agrees and any("model disagrees" in p for p in bad.candidate_problems)
+    result = ScenarioResult("12_mutation", "t", {})
+    scenario.record(result, bad)
+    gate = next(g for g in result.gates if g.name == "the_candidate_agrees_with_every_oracle")
+    assert not gate.passed and "model disagrees" in gate.detail
+
+
+def test_the_reach_oracle_agrees_with_the_whole_replay(server: Server, template_db: str) -> None:
+    """Trying each mutant only at the operations that reach its function gives the verdict that
+    replaying every history with the mutant applied gives (killed or not)."""
+    mutants = [m for m in generated().mutants if m.kind == "sql" and m.functions and m.functions[0] in SMALL]
+    fast: dict[str, str] = {}
+    ReachOracle(server, template_db, mutants, lambda i, v: fast.__setitem__(i, v.status), examples=1).run()
+    oracle = ModelOracle(server, template_db, examples=1, tag="whole")
+    try:
+        oracle.calibrate()
+        slow = {m.id: oracle.judge(m).status for m in mutants}
+    finally:
+        oracle.close()
+    detected = ("Killed", "Timeout")
+    assert {i: s in detected for i, s in fast.items()} == {i: s in detected for i, s in slow.items()}
+
+
+def test_a_stale_equivalent_is_reported(server: Server, template_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sweep, "equivalents", lambda: {"ffffffffffff": "argued for a mutant that is gone"})
+    settings = sweep.Settings(objects=("_is_valid_slug",), examples=1, history=None, parts_oracle=False)
+    ran = sweep.run(server, template_db, "testrev", settings)
+    assert ran.stale_equivalents == ["ffffffffffff"]
+    result = ScenarioResult("12_mutation", "t", {})
+    scenario.record(result, ran)
+    assert not next(g for g in result.gates if g.name == "no_argued_equivalent_is_stale").passed
+
+
+def test_a_run_resumes_from_its_journal_and_merge_refuses_an_incomplete_set(
+    server: Server, template_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reports = []
+    for i in (1, 2, 3):
+        settings = sweep.Settings(objects=SMALL, examples=1, history=None, parts_oracle=False,
+                                  shard=select.Shard(i, 3), journal=tmp_path / f"s{i}")  # fmt: skip
+        ran = sweep.run(server, template_db, "testrev", settings)
+        reports.append(report.to_report(ran))
+        (tmp_path / f"s{i}" / "mutation.json").write_text(json.dumps(reports[-1]))
+    journal = tmp_path / "s1" / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    assert len(lines) > 2, "the shard journaled its verdicts"
+    journal.write_text("\n".join(lines[:2]) + "\n" + lines[2][:10])  # stopped after one verdict, mid-line
+    settings = sweep.Settings(objects=SMALL, examples=1, history=None, parts_oracle=False,
+                              shard=select.Shard(1, 3), journal=tmp_path / "s1")  # fmt: skip
+    again = sweep.run(server, template_db, "testrev", settings)
+    assert again.reused == 1 and report.statuses(report.to_report(again)) == report.statuses(reports[0])
+    merged = report.merge(reports)
+    assert len(report.statuses(merged)) == sum(len(report.statuses(r)) for r in reports)
+    with pytest.raises(report.BadReport, match="a shard is missing"):
+        report.merge(reports[:2])
+    out = tmp_path / "m"
+    assert main(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a shard is missing" in err[0] and not (out / "mutation.json").exists()
+    with pytest.raises(report.BadReport, match="appears in two shards"):
+        report.merge([reports[0], reports[0], reports[1], reports[2]])
