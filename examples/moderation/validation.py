@@ -12,10 +12,10 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.engine import v1
 from evidence_lib.engine.flows import compile_flow
 from evidence_lib.pg.db import Server, connect, one, rows
+from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.setup import scenario_database, scenario_server
 from evidence_lib.workers.config import WorkerConfig

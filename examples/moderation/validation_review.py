@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from evidence_lib import PROJECT_ROOT
-from evidence_lib.bundle.result import ScenarioResult
 from evidence_lib.plain import plain
+from evidence_lib.results.scenario import ScenarioResult
 
 HERE = Path(__file__).parent
 
