@@ -12,6 +12,7 @@ import pytest
 
 from evidence_lib.bundle.cli import main
 from evidence_lib.harness.locks import LivenessTimeout
+from evidence_lib.harness.waits import WaitTimeout
 from evidence_lib.mutation import report, select, sweep
 from evidence_lib.mutation.catalogue import catalogue
 from evidence_lib.mutation.controls import Target
@@ -57,6 +58,7 @@ def test_a_red_gate_kills_only_when_it_was_green_on_the_candidate() -> None:
         (KeyError("rows"), "RuntimeError"),  # a harness bug
         (psycopg.errors.QueryCanceled("canceling statement due to statement timeout"), "Timeout"),
         (LivenessTimeout("a session neither completed nor blocked"), "Timeout"),
+        (WaitTimeout("every waiter registered: not within 8 s"), "Killed"),  # the scenario's own wait ran out
     ],
 )
 def test_a_part_stopped_by_something_other_than_the_engine_is_a_runtime_error(
@@ -67,12 +69,24 @@ def test_a_part_stopped_by_something_other_than_the_engine_is_a_runtime_error(
     assert verdict is not None and verdict.status == status, verdict
 
 
+def test_an_exception_raised_in_the_mutated_worker_file_kills_and_elsewhere_does_not() -> None:
+    try:
+        raise AttributeError("'NoneType' object has no attribute 'pipeline'")
+    except AttributeError as exc:
+        raised = exc
+    stopped = Gate("proof_ran_to_the_end", False, "x", "flow")
+    here = part_verdict(_run(stopped, escaped=[raised]), CANDIDATE, 10, "tests/test_mutation_status.py")
+    assert here is not None and here.status == "Killed" and "mutated code raised" in here.detail
+    elsewhere = part_verdict(_run(stopped, escaped=[raised]), CANDIDATE, 10, "evidence_lib/workers/v2.py")
+    assert elsewhere is not None and elsewhere.status == "RuntimeError"
+
+
 def test_a_timeout_is_tried_again_with_twice_the_time(server: Server, template_db: str) -> None:
     mutant = next(m for m in generated().mutants if m.kind == "sql" and m.functions == ("_task_message",))
     asked: list[float] = []
 
     def runner(server: Server, template: str, target: Target, deadline: float, tag: str,
-               coverage: bool = False) -> TargetRun:  # fmt: skip
+               coverage: bool = False, patch: str = "") -> TargetRun:  # fmt: skip
         asked.append(deadline)
         return _run(hit=len(asked) == 1)  # the first run hits its deadline, the second is green
 
@@ -81,7 +95,7 @@ def test_a_timeout_is_tried_again_with_twice_the_time(server: Server, template_d
     asked.clear()
 
     def slow(server: Server, template: str, target: Target, deadline: float, tag: str,
-             coverage: bool = False) -> TargetRun:  # fmt: skip
+             coverage: bool = False, patch: str = "") -> TargetRun:  # fmt: skip
         asked.append(deadline)
         return _run(hit=True)
 

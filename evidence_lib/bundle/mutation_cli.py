@@ -44,6 +44,7 @@ def settings(args: argparse.Namespace, out: Path | None = None) -> Settings:
         examples=args.examples,
         history=None if args.no_history else Path(args.history) if args.history else DEFAULT,
         journal=out,
+        parts_budget=args.parts_budget,
     )
 
 
@@ -125,6 +126,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--examples", type=int, default=2, help="seeded random histories per mutant in the model oracle")
     p.add_argument("--history", default="", help=f"verdicts to reuse and update (default {DEFAULT})")
     p.add_argument("--no-history", action="store_true", help="judge every mutant afresh, record nothing")
+    p.add_argument("--parts-budget", type=float, default=60.0, help="seconds of the candidate's part time tried per "
+                   "mutant the model leaves alive, likeliest parts first (0: every covering part)")
     p.add_argument("--break-at", type=float, default=None, help="exit 1 when the score is below this percentage")
     p.add_argument("--out", default="", help="folder for mutation.json and the journal of verdicts; a run given the "
                    "folder of an interrupted run resumes it (default outputs/mutation-<UTC>-<rev12>)")

@@ -3,11 +3,15 @@ hands to the mutation package (`TargetRunner`: the package imports no scenario),
 run on a mutant means (`part_verdict`), in the statuses of the mutation-testing report schema:
 
 - Killed: a gate that was green on the candidate, in this sweep, is red; or the part stopped on an
-  error the engine raised with one of its own SQLSTATEs (its refusals `DR...`, its constraints and
+  error the engine raised: one of its own SQLSTATEs (its refusals `DR...`, its constraints and
   triggers `23...`, a deadlock or serialization failure `40...`, `22003`, a privilege it denies
-  `42501`, a PL/pgSQL `raise` `P0001`);
-- Timeout: the part ran past its deadline, or a liveness guard fired (statement or lock timeout,
-  a wait's deadline); tried once more with twice the time before it is reported;
+  `42501`, a PL/pgSQL `raise` `P0001`), or any error raised inside an engine function (the
+  server's context names `function engine.`); or, for a worker mutant, an exception raised in the
+  mutated file; or a wait of the scenario ran out of its deadline (`WaitTimeout`: the state the
+  contract promises never came, a liveness defect named by the wait);
+- Timeout: the part ran past its deadline, or a liveness guard of the harness fired (statement or
+  lock timeout, a session that neither completed nor blocked); tried once more with twice the
+  time before it is reported;
 - RuntimeError: the part stopped on anything else (a lost connection, a missing binary, a harness
   bug, an SQLSTATE of no engine rule), or only gates that were not green on the candidate turned
   red: the part could not judge this mutant, and the verdict says why (never a kill);
@@ -32,17 +36,35 @@ from evidence_lib.results.gate import Gate
 ENGINE_CLASSES = ("DR", "23", "40")  # refusals, integrity constraints and triggers, deadlock/serialization
 ENGINE_STATES = {"22003", "42501", "P0001"}
 TIMEOUT_STATES = {"57014", "55P03"}  # statement_timeout, lock_timeout: a liveness guard fired
-FailureKind = Literal["engine", "timeout", "infrastructure"]
+FailureKind = Literal["engine", "mutant", "wait", "timeout", "infrastructure"]
 
 
-def failure_kind(exc: BaseException) -> FailureKind:
-    """Who stopped a part: the engine (one of its own SQLSTATEs), a liveness guard, or anything else."""
+def _raised_in(exc: BaseException, file: str) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(file):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def failure_kind(exc: BaseException, mutated_file: str = "") -> FailureKind:
+    """Who stopped a part: the engine, the mutated worker code, a wait of the scenario that ran out,
+    a liveness guard of the harness, or anything else."""
     if isinstance(exc, psycopg.Error) and exc.sqlstate:
         state = exc.sqlstate
         if state in TIMEOUT_STATES:
             return "timeout"
-        return "engine" if state[:2] in ENGINE_CLASSES or state in ENGINE_STATES else "infrastructure"
-    if isinstance(exc, LivenessTimeout | WaitTimeout | TimeoutError):
+        if state[:2] in ENGINE_CLASSES or state in ENGINE_STATES:
+            return "engine"
+        context = exc.diag.context or ""
+        if "function engine." in context:
+            return "engine"
+    if mutated_file and _raised_in(exc, mutated_file):
+        return "mutant"
+    if isinstance(exc, WaitTimeout):
+        return "wait"
+    if isinstance(exc, LivenessTimeout | TimeoutError):
         return "timeout"
     return "infrastructure"
 
@@ -82,25 +104,32 @@ class TargetRun:
 
 class TargetRunner(Protocol):
     def __call__(self, server: Server, template: str, target: Target, deadline: float, tag: str,
-                 coverage: bool = False) -> TargetRun: ...  # fmt: skip
+                 coverage: bool = False, patch: str = "") -> TargetRun: ...  # fmt: skip
 
 
-def part_verdict(run: TargetRun, candidate: Covered, deadline: float) -> Verdict | None:
-    """What one part's run on a mutant says (see the module docstring); None: nothing."""
+def part_verdict(run: TargetRun, candidate: Covered, deadline: float, mutated_file: str = "") -> Verdict | None:
+    """What one part's run on a mutant says (see the module docstring); None: nothing.
+    `mutated_file`: a worker mutant's file, where an exception raised is the mutant's doing."""
     label = candidate.label
     if run.deadline_hit:
         return Verdict("Timeout", f"part {label}", f"ran past its deadline of {deadline:.0f} s; sessions terminated",
                        run.seconds)  # fmt: skip
     by_kind: dict[FailureKind, list[BaseException]] = {}
     for exc in run.escaped:
-        by_kind.setdefault(failure_kind(exc), []).append(exc)
+        by_kind.setdefault(failure_kind(exc, mutated_file), []).append(exc)
     green = set(candidate.green)
     red = [g for g in run.gates if not g.passed]
     killing = [g for g in red if gate_key(g) in green]
     if "engine" in by_kind:
         return Verdict("Killed", f"part {label}", f"the engine stopped it: {_said(by_kind['engine'][0])}", run.seconds)
+    if "mutant" in by_kind:
+        return Verdict("Killed", f"part {label}", f"the mutated code raised: {_said(by_kind['mutant'][0])}",
+                       run.seconds)  # fmt: skip
     if killing:
         return Verdict("Killed", f"part {label}", ", ".join(gate_key(g) for g in killing[:4]), run.seconds)
+    if "wait" in by_kind:
+        return Verdict("Killed", f"part {label}", f"a wait of the scenario ran out: {_said(by_kind['wait'][0])}",
+                       run.seconds)  # fmt: skip
     if "timeout" in by_kind:
         return Verdict("Timeout", f"part {label}", f"a liveness guard fired: {_said(by_kind['timeout'][0])}",
                        run.seconds)  # fmt: skip

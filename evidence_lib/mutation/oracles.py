@@ -116,15 +116,6 @@ def _target(covered: Covered) -> Target:
     return Target(scenario, part, (), mode.rstrip("]") or None)  # type: ignore[arg-type]
 
 
-@contextlib.contextmanager
-def mutant_template(server: Server, candidate: str, mutant: Mutant, tag: str) -> Iterator[str]:
-    """A clone of the candidate with the SQL mutant applied; yields its name."""
-    with db.scratch_database(server, template=candidate, prefix=f"mt{tag}") as url:
-        with connect(url, application_name="mutant") as conn:
-            apply_sql(conn, mutant)
-        yield db.database_name(url)
-
-
 def judge_with_parts(server: Server, candidate: str, mutant: Mutant, parts: list[Covered], runner: TargetRunner,
                      tag: str) -> Verdict:  # fmt: skip
     """The covering parts (each proven green on the candidate in this sweep), fastest first: the
@@ -134,27 +125,38 @@ def judge_with_parts(server: Server, candidate: str, mutant: Mutant, parts: list
     if not parts:
         return Verdict("NoCoverage", "", "no scenario part executes what it changes", 0.0)
     cannot: list[Verdict] = []
+    patch = mutant.patch if mutant.kind == "sql" else ""  # applied to each clone a part makes
     try:
-        with mutant_template(server, candidate, mutant, tag) as template, swapped(mutant):
-            for i, covered in enumerate(parts):
-                deadline = deadline_for(covered.seconds)
-                verdict = part_verdict(runner(server, template, _target(covered), deadline, f"{tag}p{i}"),
-                                       covered, deadline)  # fmt: skip
-                if verdict is not None and verdict.status == "Timeout":
-                    verdict = part_verdict(runner(server, template, _target(covered), 2 * deadline, f"{tag}p{i}r"),
-                                           covered, 2 * deadline)  # fmt: skip
-                    if verdict is not None and verdict.status == "Timeout":
-                        verdict = replace(verdict, detail=f"{verdict.detail} (and again with twice the time)")
-                if verdict is None:
-                    continue
-                if verdict.status in ("Killed", "Timeout"):
-                    return replace(verdict, seconds=time.perf_counter() - started, parts_run=i + 1)
-                cannot.append(verdict)
+        judged = _parts(server, candidate, mutant, parts, runner, tag, patch, cannot, started)
     except MutantDoesNotCompile as exc:
-        return Verdict("CompileError", "the server", str(exc), time.perf_counter() - started)
+        return Verdict("CompileError", "the compiler", str(exc), time.perf_counter() - started)
+    if judged is not None:
+        return judged
     seconds = time.perf_counter() - started
     if cannot:
         first = cannot[0]
         return Verdict("RuntimeError", first.by, f"{first.detail}" + (f" (and {len(cannot) - 1} more parts)"
                        if len(cannot) > 1 else ""), seconds, len(parts))  # fmt: skip
     return Verdict("Survived", "", f"{len(parts)} covering parts stayed green", seconds, len(parts))
+
+
+def _parts(server: Server, candidate: str, mutant: Mutant, parts: list[Covered], runner: TargetRunner, tag: str,
+           patch: str, cannot: list[Verdict], started: float) -> Verdict | None:  # fmt: skip
+    """The first part's Killed or Timeout, else None (what could not judge goes to `cannot`)."""
+    with swapped(mutant):
+        for i, covered in enumerate(parts):
+            deadline = deadline_for(covered.seconds)
+            mutated = mutant.file if mutant.kind == "python" else ""
+            verdict = part_verdict(runner(server, candidate, _target(covered), deadline, f"{tag}p{i}", patch=patch),
+                                   covered, deadline, mutated)  # fmt: skip
+            if verdict is not None and verdict.status == "Timeout":
+                verdict = part_verdict(runner(server, candidate, _target(covered), 2 * deadline, f"{tag}p{i}r",
+                                              patch=patch), covered, 2 * deadline, mutated)  # fmt: skip
+                if verdict is not None and verdict.status == "Timeout":
+                    verdict = replace(verdict, detail=f"{verdict.detail} (and again with twice the time)")
+            if verdict is None:
+                continue
+            if verdict.status in ("Killed", "Timeout"):
+                return replace(verdict, seconds=time.perf_counter() - started, parts_run=i + 1)
+            cannot.append(verdict)
+    return None

@@ -39,6 +39,30 @@ from evidence_lib.pg.db import Server
 RUNNER = "evidence_lib.scenarios.support.targets"
 SKIPPED_PARTS = ("response_loss/server_restart",)  # crashes the whole server: not while jobs share it
 FINAL = ("Killed", "Timeout", "CompileError", "RuntimeError", "Ignored")
+# A mutant the model survives is tried by its covering parts, likeliest first, until they have cost
+# this much of the candidate's own time: a survivor of every covering part would cost minutes each
+# (a v2 function is covered by 30-40 parts). What is not tried is said in the verdict, and the
+# score can only be lower for it, never higher.
+PARTS_BUDGET = 60.0
+CONCURRENT = ("races/", "reconciliation/", "admission/isolation", "queue_identity/concurrent")
+
+
+def likeliest_first(mutant: Mutant, parts: list[Covered], budget: float) -> tuple[list[Covered], int]:
+    """The covering parts to try, in order, within `budget` seconds of the candidate's time; and
+    how many were left out. A lock changes what two sessions see: the parts with concurrent
+    sessions go first for a locking mutant; otherwise the fastest first."""
+    concurrent = mutant.family in ("locking", "higher-order") or "Lock" in mutant.operator
+    ordered = sorted(parts, key=lambda p: (not (concurrent and p.label.startswith(CONCURRENT)), p.seconds))
+    if budget <= 0:
+        return ordered, 0
+    kept: list[Covered] = []
+    spent = 0.0
+    for part in ordered:
+        if kept and spent + part.seconds > budget:
+            break
+        kept.append(part)
+        spent += part.seconds
+    return kept, len(ordered) - len(kept)
 
 
 @dataclass
@@ -56,6 +80,7 @@ class Settings:
     parts_oracle: bool = True  # False: a model survivor stays Pending (a quick look, never a full verdict)
     runner: str = RUNNER
     journal: Path | None = None  # a folder: verdicts appended as they come; a rerun resumes from it
+    parts_budget: float = PARTS_BUDGET  # seconds of the candidate's part time tried per mutant (0: no limit)
 
     def describe(self, revision: str) -> str:
         parts = []
@@ -216,8 +241,9 @@ def _judge(server: Server, candidate: str, settings: Settings, todo: list[Mutant
     cover = CoverageMap(usable, sweep.coverage.model, sweep.coverage.model_seconds)
     clock = time.perf_counter()
     work: list[tuple[Mutant, list[Covered]]] = []
+    left_out: dict[str, int] = {}
     for m in rest:
-        parts = cover.parts_for(m)
+        parts, left_out[m.id] = likeliest_first(m, cover.parts_for(m), settings.parts_budget)
         model = after_model.get(m.id)
         if parts:
             work.append((m, parts))
@@ -230,6 +256,9 @@ def _judge(server: Server, candidate: str, settings: Settings, todo: list[Mutant
         verdict, model = done.verdict, after_model.get(done.mutant_id)
         if model is not None:
             verdict = replace(verdict, seconds=verdict.seconds + model.seconds)
+        if verdict.status == "Survived" and left_out.get(done.mutant_id):
+            verdict = replace(verdict, detail=f"{verdict.detail}; {left_out[done.mutant_id]} more covering parts not "
+                              f"tried (the budget of {settings.parts_budget:.0f} s of the candidate's time)")
         state.emit(by_id[done.mutant_id], verdict)
     sweep.phases["parts"] = time.perf_counter() - clock
 

@@ -113,11 +113,15 @@ def migrated_template(server: Server, *, prefix: str = "tmpl", patch: str = "") 
 class Databases:
     """Fresh databases cloned from a template on `server` (call it: a context manager yielding a
     URL); `hooks` arms test hooks for every session of each clone (only to prove that a gate can
-    turn red). Parts that need the server itself (to crash it) read `server`."""
+    turn red); `patch` (a mutant) is run on each clone in one transaction before the part gets it,
+    so the mutation sweep judges any number of mutants on the one migrated candidate, with no
+    migration and no template per mutant. Parts that need the server itself (to crash it) read
+    `server`."""
 
     def __init__(self, server: Server, template: str, *, hooks: str = "", prefix: str = "ev",
-                 coverage: bool = False) -> None:  # fmt: skip
+                 coverage: bool = False, patch: str = "") -> None:  # fmt: skip
         self.server, self.template, self.hooks, self.prefix = server, template, hooks, prefix
+        self.patch = patch
         self.coverage = coverage
         self.executed: Counter[str] = Counter()  # engine function -> calls, with `coverage`
         self._counting = threading.Lock()  # clones may be dropped by several threads at once
@@ -146,12 +150,16 @@ class Databases:
                             sql.Identifier(db.database_name(url)), sql.Literal(self.hooks)
                         )
                     )
+            if self.patch:
+                with connect(url, application_name="mutant") as conn, conn.transaction():
+                    conn.execute(self.patch.encode())
             yield url
 
 
-def clones(server: Server, template: str, *, hooks: str = "", prefix: str = "ev", coverage: bool = False) -> Databases:
+def clones(server: Server, template: str, *, hooks: str = "", prefix: str = "ev", coverage: bool = False,
+           patch: str = "") -> Databases:  # fmt: skip
     """Fresh databases cloned from `template` (see `Databases`)."""
-    return Databases(server, template, hooks=hooks, prefix=prefix, coverage=coverage)
+    return Databases(server, template, hooks=hooks, prefix=prefix, coverage=coverage, patch=patch)
 
 
 @contextlib.contextmanager

@@ -62,14 +62,14 @@ def all_targets() -> list[Target]:
 
 
 def run_target(server: Server, template: str, target: Target, deadline: float, tag: str,
-               coverage: bool = False) -> TargetRun:  # fmt: skip
-    """Run one target part on clones of `template` within `deadline` seconds; with `coverage`,
-    also record which engine functions its databases executed (`track_functions`) and which lines
-    of the worker code ran (coverage.py)."""
+               coverage: bool = False, patch: str = "") -> TargetRun:  # fmt: skip
+    """Run one target part on clones of `template` (each with `patch` applied, a mutant) within
+    `deadline` seconds; with `coverage`, also record which engine functions its databases
+    executed (`track_functions`) and which lines of the worker code ran (coverage.py)."""
     spec = find_part(target)
     sub = ScenarioResult(target.scenario, target.part, {})
     prefix = f"nc{tag}"
-    databases = clones(server, template, prefix=prefix, coverage=coverage)
+    databases = clones(server, template, prefix=prefix, coverage=coverage, patch=patch)
     started = time.perf_counter()
 
     def go() -> None:
