@@ -64,8 +64,8 @@ pgtap: $(STAMP) ## the pgTAP files with pg_prove (says loudly when pgTAP is miss
 
 test: lint check-schema pytest pgtap ## everything CI runs: lint, schema sync, pytest, pgTAP (PG=15 on PostgreSQL 15)
 
-evidence: $(STAMP) ## run the evidence notebooks, write a dated bundle (SCENARIOS=races REPEAT=20 PARAMS="queue_modes=step" PG=15 JOBS=1)
-	$(BIN)/python -m evidence_lib evidence --jobs $(JOBS) $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(REPEAT),--repeat $(REPEAT)) $(foreach p,$(PARAMS),-p $(p)) $(EVIDENCE_ARGS)
+evidence: $(STAMP) ## run the evidence notebooks, write a dated bundle (SCENARIOS=races REPEAT=20 PARAMS="queue_modes=step" PG=15 JOBS=1 SHARD=2/3)
+	$(BIN)/python -m evidence_lib evidence --jobs $(JOBS) $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(SHARD),--shard $(SHARD)) $(foreach p,$(PARAMS),-p $(p)) $(EVIDENCE_ARGS)
 
 matrix: $(STAMP) ## the correctness scenarios on every installed PostgreSQL version into one bundle (VERSIONS=18,15)
 	$(BIN)/python -m evidence_lib matrix --jobs $(JOBS) $(if $(VERSIONS),--versions $(VERSIONS)) $(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(if $(REPEAT),--repeat $(REPEAT)) $(foreach p,$(PARAMS),-p $(p)) $(EVIDENCE_ARGS)
@@ -89,9 +89,9 @@ bench: $(STAMP) ## benchmark: raw PGMQ vs the engine on one server, one run
 mutation: $(STAMP) ## the full mutation sweep into outputs/mutation-*/ (JOBS=2 SINCE=origin/main SHARD=1/4 OBJECTS=v2_claim)
 	$(BIN)/python -m evidence_lib mutation --jobs $(JOBS) $(if $(SINCE),--since $(SINCE)) $(if $(SHARD),--shard $(SHARD)) $(if $(OBJECTS),--objects $(OBJECTS))
 
-merge: $(STAMP) ## merge mutation shards: make merge SHARDS="outputs/m1 outputs/m2" OUT=outputs/merged
-	@test -n "$(SHARDS)" -a -n "$(OUT)" || { echo "usage: make merge SHARDS=\"<shard folders>\" OUT=<folder>"; exit 2; }
-	$(BIN)/python -m evidence_lib merge $(SHARDS) --out $(OUT)
+merge: $(STAMP) ## merge shards into one: evidence bundles (SHARDS="outputs/a outputs/b", OUT optional) or mutation reports (OUT required)
+	@test -n "$(SHARDS)" || { echo "usage: make merge SHARDS=\"<shard folders>\" [OUT=<folder>]"; exit 2; }
+	$(BIN)/python -m evidence_lib merge $(SHARDS) $(if $(OUT),--out $(OUT))
 
 lab: $(STAMP) ## open the notebooks in JupyterLab (installs it on first use)
 	$(BIN)/python -m pip install --quiet -e '.[dev,lab]'

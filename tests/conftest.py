@@ -44,7 +44,7 @@ def pytest_report_header() -> str:
     return f"PostgreSQL: {'DATABASE_URL' if os.environ.get('DATABASE_URL') else asked}"
 
 
-LONGEST_FIRST = ("test_smoke_run_of_every_notebook", "test_four_shards_merged_equal_the_unsharded_run")
+LONGEST_FIRST = ("test_smoke_run_of_each_notebook", "test_four_shards_merged_equal_the_unsharded_run")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -88,7 +88,9 @@ def cmd_evidence(args: argparse.Namespace) -> int:
 
     from evidence_lib.bundle.params import MATRIX_SCENARIOS, parse_parameters
     from evidence_lib.bundle.runner import run_evidence
+    from evidence_lib.bundle.shards import Shard
 
+    shard = Shard.parse(args.shard) if getattr(args, "shard", "") else None  # BadShard: exit 2, nothing runs
     if args.jobs < 1:
         print(f"error: --jobs must be at least 1 (got {args.jobs})", file=sys.stderr)
         return 2
@@ -107,6 +109,7 @@ def cmd_evidence(args: argparse.Namespace) -> int:
         cell_timeout=args.cell_timeout,
         versions=versions,
         jobs=args.jobs,
+        shard=shard,
     )
 
 
@@ -265,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one notebook cell may run")
         p.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
                        help="scenarios at once (default: the cores; performance always runs alone)")  # fmt: skip
+        p.add_argument("--shard", default="", help="i/n: run this share of the scenarios (CI runners side by side; "
+                       "python -m evidence_lib merge assembles the shards into one bundle)")
         if name == "matrix":
             p.add_argument("--versions", default="", help="PostgreSQL majors, e.g. 18,15 (default: all installed)")
         p.set_defaults(func=cmd_evidence)

@@ -98,6 +98,23 @@ def cmd_mutation(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
+    """Evidence bundles (a manifest.json each) into one bundle, or mutation reports into one report."""
+    folders = [Path(p) for p in args.shards]
+    for f in folders:
+        if f.is_dir() and not (f / "manifest.json").is_file() and not (f / "mutation.json").is_file():
+            print(f"error: {f}: not an evidence bundle (no manifest.json) nor a mutation report (no mutation.json)",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_BAD_INPUT
+    if folders and all((f / "manifest.json").is_file() for f in folders):
+        from evidence_lib.bundle.merge import merge
+
+        target, code = merge(folders, Path(args.out) if args.out else None)  # BadMerge: one line, exit 2
+        print(f"merged {len(folders)} bundles into {target}: exit code {code}")
+        print(f"open {target / 'index.html'}")
+        return code
+    if not args.out:
+        print("error: merging mutation reports needs --out", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         reports = [report.load(Path(p) / "mutation.json" if Path(p).is_dir() else Path(p)) for p in args.shards]
         merged = report.merge(reports)
@@ -132,7 +149,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--out", default="", help="folder for mutation.json and the journal of verdicts; a run given the "
                    "folder of an interrupted run resumes it (default outputs/mutation-<UTC>-<rev12>)")
     p.set_defaults(func=cmd_mutation)
-    p = sub.add_parser("merge", help="merge mutation reports of shards (one revision) into one")
-    p.add_argument("shards", nargs="+", help="mutation.json files, or folders holding one")
-    p.add_argument("--out", required=True, help="folder for the merged mutation.json")
+    p = sub.add_parser("merge", help="merge shards into one: evidence bundles (make evidence SHARD=i/n, one or several "
+                       "PostgreSQL majors) into one bundle, or mutation reports (one revision) into one report")
+    p.add_argument("shards", nargs="+", help="bundle folders, or mutation.json files or folders holding one")
+    p.add_argument("--out", default="", help="the merged bundle's folder (default outputs/<UTC>-<rev12>), or the "
+                   "folder for the merged mutation.json")
     p.set_defaults(func=cmd_merge)

@@ -39,6 +39,7 @@ from evidence_lib.bundle.params import (
 )
 from evidence_lib.bundle.progress import Clock, Say, Watcher
 from evidence_lib.bundle.runs import NotebookRun
+from evidence_lib.bundle.shards import Shard, share
 from evidence_lib.bundle.writer import finish_bundle
 from evidence_lib.errors import BadInput
 from evidence_lib.mutation.coverage import COVERAGE_ENV
@@ -72,13 +73,18 @@ def run_evidence(
     cell_timeout: float = 600.0,
     versions: list[str] | None = None,
     jobs: int = 1,
+    shard: Shard | None = None,
 ) -> int:
     """Run the selected notebooks into a new bundle; returns the exit code (0 only if all green,
     130 when interrupted). `versions` (PostgreSQL majors) makes it a matrix run; `jobs` runs
-    that many scenarios at once (`bundle.schedule`)."""
-    selected = select(scenarios)
+    that many scenarios at once (`bundle.schedule`); `shard` runs only its share of the selected
+    scenarios (`bundle.shards`), the whole plan named in the manifest for the merge."""
+    planned = select(scenarios)
+    selected = {n: planned[n] for n in share(list(planned), shard)} if shard else planned
     schedule.phases(list(selected), jobs)  # --jobs 0 is refused before anything runs
-    routed, declared = route_parameters(selected, params or {})
+    routed, declared = route_parameters(planned, params or {})  # every shard checks the parameters of the plan
+    routed = {stem: v for stem, v in routed.items() if stem in selected.values()}
+    declared = {stem: v for stem, v in declared.items() if stem in selected.values()}
     plan = Plan(selected, dict(params or {}), routed, declared, cell_timeout, matrix=bool(versions), jobs=jobs)
     say = Say(Clock())
     runs: list[NotebookRun] = []
@@ -98,6 +104,8 @@ def run_evidence(
                 else "connecting to the server ...")  # fmt: skip
             if bundle is None:
                 manifest = _manifest(plan, pg)
+                if shard is not None:
+                    manifest["shard"] = {"spec": str(shard), "plan": list(planned), "share": list(selected)}
                 bundle = out or OUTPUTS_DIR / f"{manifest['started_at_stamp']}-{manifest['revision'][:12]}"
                 bundle.mkdir(parents=True, exist_ok=True)
                 say(f"bundle {bundle}")
@@ -127,7 +135,9 @@ def run_evidence(
     manifest.pop("started_at_stamp", None)
     manifest["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     manifest["interrupted"] = interrupted
-    manifest["passed"] = not interrupted and bool(runs) and all(r.passed for r in runs) and not manifest.get("not_run")
+    nothing_to_run = shard is not None and not selected  # a share with no scenario (more shards than scenarios)
+    manifest["passed"] = (not interrupted and (bool(runs) or nothing_to_run) and all(r.passed for r in runs)
+                          and not manifest.get("not_run"))  # fmt: skip
     manifest["notebooks"] = [r.record() for r in runs]
     manifest["gates"] = gate_map(runs)
     manifest["exit_code"] = (
