@@ -10,6 +10,8 @@ grant execute on function
   engine.fail_task(uuid, text, integer, text),
   engine.v2_claim(uuid, text, text, bigint[]),
   engine.v2_settle(uuid, text, jsonb),
+  engine.v2_claim_all(uuid[], text[], text[], bigint[]),
+  engine.v2_settle_all(uuid[], text[], jsonb[]),
   engine.v2_listen(text),
   engine.v2_unlisten(text)
   to engine_worker;
@@ -25,6 +27,7 @@ grant execute on function
   engine.v2_take_over(uuid, text, uuid, text, bigint[]),
   engine.v2_reconcile(uuid, integer),
   engine.v2_reconcile_next(integer, uuid[]),
+  engine.v2_reconcile_all(uuid[], integer),
   engine.v2_listen(text),
   engine.v2_unlisten(text)
   to engine_operator;

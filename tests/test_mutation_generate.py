@@ -23,7 +23,7 @@ def generated():  # type: ignore[no-untyped-def]
 
 def test_every_engine_function_is_read_with_its_language() -> None:
     functions = engine().functions
-    assert collections.Counter(f.language for f in functions) == {"plpgsql": 31, "sql": 9}
+    assert collections.Counter(f.language for f in functions) == {"plpgsql": 34, "sql": 9}
 
 
 def test_every_expression_is_found_in_the_source_and_prints_back_to_the_same_tree() -> None:
@@ -80,7 +80,7 @@ def test_equivalent_mutants_are_dropped_before_running(generated) -> None:  # ty
 
 def test_the_worker_code_gets_the_python_families_and_its_sql_the_sql_families() -> None:
     targets = {c.target for c in sql_constants()}
-    assert {"evidence_lib.workers.reconciler:DUE_RUNS", "evidence_lib.workers.settlement:ATTEMPT"} <= targets
+    assert {"evidence_lib.workers.reconciler:DUE_RUNS", "evidence_lib.workers.settle_groups:OPEN"} <= targets
     generated = python_mutants()
     assert set(collections.Counter(m.family for m in generated.mutants)) == set(PY_FAMILIES)
     assert any(m.target == "evidence_lib.workers.v2:V2Worker.execute" for m in generated.mutants)

@@ -139,7 +139,10 @@ def test_a_transport_error_never_becomes_a_handler_failure(effects: Conn, db_url
     assert kill.proof and kill.proof[0].classid == 7001
     [record] = worker.stats.settlements
     assert [a.result for a in record.attempts] == ["transport_error", "receipt"]
-    assert record.attempts[0].indeterminate is False  # killed before COMMIT: nothing committed
+    # the settlements and COMMIT travel in one message: a reply lost anywhere in it is unknown to
+    # the client; the server's truth (read independently) says the killed one never committed
+    assert record.attempts[0].indeterminate is True and record.attempts[0].xid
+    assert xact_status(effects, str(record.attempts[0].xid)) == "aborted"
     assert (record.outcome, record.final) == ("completed", "accepted")
     assert worker.stats.handler_errors == 0
     assert scalar(effects, "select status from engine.step_tasks where step_slug = 'A'") == "completed"

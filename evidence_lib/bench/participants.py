@@ -76,7 +76,8 @@ def _worker(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None
     flow = ab_flow(opts["slug"], opts["mode"])
     cls = V2Worker if opts["protocol"] == "v2" else Worker
     config = WorkerConfig(concurrency=opts.get("concurrency", 10), poll_interval=opts.get("poll_interval", 0.005),
-                          visibility_timeout=5, wakeups=opts.get("wakeups", True))  # fmt: skip
+                          visibility_timeout=5, wakeups=opts.get("wakeups", True),
+                          reconcile_url=url if opts.get("followup") else "")  # fmt: skip
     worker = cls.serving(url, flow, opts.get("step"), name=opts["name"], config=config)
     with worker:
         worker.timings = times

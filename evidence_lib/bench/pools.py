@@ -26,10 +26,6 @@ from evidence_lib.pg.db import Server, connect, one
 System = Literal["anchor", "v1", "v2", "v2 polling"]
 SYSTEMS: tuple[System, ...] = ("anchor", "v1", "v2", "v2 polling")
 SLUG = "pool_ab"
-# reconcilers beside a v2 pool: one per RECONCILER_SHARE workers, at most MAX_RECONCILERS. Measured
-# on 2 cores (runs/s, medians of 3): 4 workers 132 with one reconciler, 182 with two; 8 workers 135
-# with two, 111 with four. Below two workers one reconciler keeps up; beyond two they only contend.
-RECONCILER_SHARE, MAX_RECONCILERS = 2, 2
 LABELS: dict[System, str] = {
     "anchor": "anchor pool A -> B runs",
     "v1": "v1 A -> B runs",
@@ -55,25 +51,20 @@ def prepare(url: str, system: System) -> None:
 
 def specs(system: System, workers: int, producer: dict[str, Any]) -> list[Spec]:
     """The participants: a producer (`producer` options: `in_flight` or `rate`), the workers and,
-    for v2, one reconciler."""
+    for v2, one reconciler (each v2 worker reconciles its own settlements first)."""
     if system == "anchor":
         out: list[Spec] = [("anchor_producer", {"slug": SLUG, **producer})]
         return out + [("anchor_worker", {"slug": SLUG, "name": f"pool_anchor_{i}"}) for i in range(workers)]
     protocol = "v1" if system == "v1" else "v2"
     wakeups = system == "v2"
     out = [("producer", {"slug": SLUG, "protocol": protocol, **producer})]
+    # a v2 worker reconciles what it settled itself (its follow-up reconciler, issue 33); one
+    # reconciler beside the pool serves what a follow-up missed
     out += [("worker", {"slug": SLUG, "mode": "flow", "protocol": protocol, "name": f"pool_{protocol}_{i}",
-                        "wakeups": wakeups}) for i in range(workers)]  # fmt: skip
+                        "wakeups": wakeups, "followup": protocol == "v2"}) for i in range(workers)]  # fmt: skip
     if protocol == "v2":
-        out += [("reconciler", {"name": f"pool_reconciler_{i}", "wakeups": wakeups})
-                for i in range(reconcilers_for(workers))]  # fmt: skip
+        out += [("reconciler", {"name": "pool_reconciler_0", "wakeups": wakeups})]
     return out
-
-
-def reconcilers_for(workers: int) -> int:
-    """Reconcilers beside a v2 pool: one per RECONCILER_SHARE workers, at most MAX_RECONCILERS
-    (they share the due runs)."""
-    return max(1, min(MAX_RECONCILERS, workers // RECONCILER_SHARE))
 
 
 def _completed(system: System) -> str:

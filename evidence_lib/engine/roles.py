@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Literal
 
 Role = Literal["engine_worker", "engine_operator"]
-WORKER_FUNCTIONS = frozenset({"start_tasks", "complete_task", "fail_task", "v2_claim", "v2_settle"})
+WORKER_FUNCTIONS = frozenset(
+    {"start_tasks", "complete_task", "fail_task", "v2_claim", "v2_settle", "v2_claim_all", "v2_settle_all"}
+)
 BOTH_ROLES = frozenset({"v2_listen", "v2_unlisten"})
 
 

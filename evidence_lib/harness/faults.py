@@ -1,7 +1,8 @@
 """Real faults for the evidence: a lost acknowledgement, a killed session, a dropped queue.
 
 - `LostAckProxy`: a loopback TCP proxy in front of PostgreSQL (a TCP server or the embedded
-  server's Unix socket). Armed, it forwards the next COMMIT to the server, waits until the
+  server's Unix socket). Armed, it forwards the next COMMIT (a COMMIT alone, or a message whose
+  last statement is COMMIT) to the server, waits until the
   server has answered it (ReadyForQuery), drops that answer and closes the client's socket:
   the transaction committed, the client cannot know. The truth is read afterwards from another
   session with `pg_xact_status(xid)`.
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import struct
 import threading
@@ -60,6 +62,13 @@ def _message_query(kind: bytes, payload: bytes) -> bytes | None:
         query_end = payload.find(b"\x00", name_end + 1)
         return payload[name_end + 1 : query_end]
     return None
+
+
+def _ends_in_commit(query: bytes) -> bool:
+    """A COMMIT alone, or a simple query whose last statement is COMMIT (a worker's settlement
+    group sends its settlements and COMMIT in one message: the answer to the whole message is the
+    answer to the COMMIT)."""
+    return re.search(rb"(^|;)\s*commit\s*;?\s*$", query.strip(), re.IGNORECASE) is not None
 
 
 def _bound_statement(payload: bytes) -> bytes:
@@ -187,7 +196,7 @@ class LostAckProxy:
                             if kind == b"B"
                             else None
                         )
-                        if executes is not None and executes.strip().upper() == b"COMMIT" and self._armed.is_set():
+                        if executes is not None and _ends_in_commit(executes) and self._armed.is_set():
                             self._armed.clear()
                             # a Query is its own sync point; a Bind runs at the next Sync
                             link.commit_index = link.client_syncs + (0 if kind == b"Q" else 1)

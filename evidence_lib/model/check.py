@@ -46,6 +46,7 @@ class CheckResult:
 
 def run_tour(machine: type[EngineMachine], modes: tuple[str, ...] = ("flow", "step")) -> Counterexample | None:
     """The scripted tour in each queue mode; the first disagreement, if any."""
+    ensure_nobody(machine.bench.server)  # the role probe's role, committed before the first history
     for mode in modes:
         m = machine()
         try:

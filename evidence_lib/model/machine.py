@@ -22,6 +22,7 @@ from evidence_lib.harness.faults import LostAckProxy
 from evidence_lib.model import ops
 from evidence_lib.model.bench import Bench, ModelMismatch, OutOfTime
 from evidence_lib.model.concurrent import PAIRS, race
+from evidence_lib.model.group_rules import GroupRules
 from evidence_lib.model.observe import differences, snapshot
 from evidence_lib.model.reference import Model, Outcome, Window
 from evidence_lib.pg import db
@@ -33,7 +34,7 @@ BIG = {"pad": "x" * 70_000}
 HUGE = {"pad": "x" * 270_000}
 
 
-class EngineMachine(RuleBasedStateMachine):
+class EngineMachine(GroupRules, RuleBasedStateMachine):
     bench: ClassVar[Bench]
 
     def __init__(self) -> None:

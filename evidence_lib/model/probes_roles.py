@@ -27,6 +27,8 @@ WORKER_CALLS = {  # CONTRACT 6: what engine_worker may execute
     f"select engine.fail_task('{UNKNOWN}', 'x', 0, 'e')": Outcome.error(SqlState.UNKNOWN_OBJECT),
     f"select * from engine.v2_claim('{UNKNOWN}', 'x', 'q', array[1]::bigint[])": Outcome.error(SqlState.UNKNOWN_OBJECT),
     f"select engine.v2_settle('{UNKNOWN}', 'completed', '{{}}')": Outcome.error(SqlState.UNKNOWN_CLAIM),
+    "select * from engine.v2_claim_all(null, null, null, null)": Outcome.error(SqlState.ARGUMENT_OUT_OF_RANGE),
+    "select * from engine.v2_settle_all(null, null, null)": Outcome.error(SqlState.ARGUMENT_OUT_OF_RANGE),
 }
 OPERATOR_CALLS = {  # and engine_operator everything else of the API
     "select engine.create_flow('bad-slug')": Outcome.error(SqlState.UNSUPPORTED_DEFINITION),
@@ -41,6 +43,7 @@ OPERATOR_CALLS = {  # and engine_operator everything else of the API
         SqlState.UNKNOWN_OBJECT),
     f"select engine.v2_reconcile('{UNKNOWN}')": Outcome.error(SqlState.UNKNOWN_OBJECT),
     "select * from engine.v2_reconcile_next(0)": Outcome.error(SqlState.ARGUMENT_OUT_OF_RANGE),
+    "select * from engine.v2_reconcile_all(null)": Outcome.error(SqlState.ARGUMENT_OUT_OF_RANGE),
 }  # fmt: skip
 BOTH_CALLS = {  # both engine roles may wait for wake-ups
     "select engine.v2_listen('nope')": Outcome.error(SqlState.UNKNOWN_OBJECT),

@@ -6,7 +6,7 @@ the budget (a small `examples` cannot leave a lost acknowledgement or a poison u
 
 from __future__ import annotations
 
-from evidence_lib.model import ops
+from evidence_lib.model import ops, ops_groups
 from evidence_lib.model.concurrent import race
 from evidence_lib.model.machine import EngineMachine
 
@@ -45,6 +45,26 @@ def _take_over(m: EngineMachine, claim: str) -> str | None:
     m.check(op)
     new = [x for x in m.model.claims if x not in before]
     return new[0] if new else None
+
+
+def _groups(m: EngineMachine) -> None:
+    """Two fresh runs claimed, settled and reconciled by one group call each, every group with a
+    refusal inside (that must undo nothing of the others) and a duplicate."""
+    for n in (2, 3):
+        m.check(ops.start_run("m1", {"n": n}))
+    r4, r5 = list(m.model.runs)[-2:]
+    queue = m.model.flows["m1"].queues["A"]
+    a4, a5 = m.msg_ids.get((r4, "A")), m.msg_ids.get((r5, "A"))
+    before = set(m.model.claims)
+    m.check(ops_groups.claim_all([(r5, "A", queue, a5, a5), (r4, "A", queue, (a4 or 0) + 1000, a4),
+                                  (r4, "A", queue, a4, a4)], "one wrong id"))  # fmt: skip
+    c4, c5 = (next(c for c in m.model.claims if c not in before and m.model.claims[c].run == r) for r in (r4, r5))
+    unknown = "00000000-0000-4000-8000-000000000000"
+    m.check(ops_groups.settle_all([(c5, "done", {}), (unknown, "completed", {}), (c4, "completed", {"ok": 4}),
+                                   (c5, "completed", {"ok": 5})], "refusals"))  # fmt: skip
+    m.check(ops_groups.settle_all([(c4, "completed", {"ok": 4})], "replay"))
+    m.check(ops_groups.reconcile_all([r5, r4], 0))  # DR008: the whole group refused
+    m.check(ops_groups.reconcile_all([r5, r4, r5], 8))  # dispatches both Bs; the duplicate is a no-op
 
 
 def tour(m: EngineMachine, mode: str, probes: bool = True) -> None:
@@ -94,6 +114,7 @@ def tour(m: EngineMachine, mode: str, probes: bool = True) -> None:
     m.check(ops.reconcile(r2, 8))
     m.check(ops.v1_write(r2, "A", "complete"))
     m.check(ops.v1_write(r3, "B", "fail"))
+    _groups(m)
     if not m.bench.transactional:  # two sessions cannot share one open transaction
         m.model = race(m, "claim vs claim", r3)
         m.model = race(m, "settle vs the same settle", r3)

@@ -64,4 +64,40 @@ RECONCILE_NEXT_SPLIT = RaceSpec(
 )
 
 
-ALL: tuple[RaceSpec, ...] = (RECONCILE_NEXT_SHARED, RECONCILE_NEXT_SPLIT)
+def _group(name: str, first: str, second: str) -> Step:
+    runs = f"array[%({first})s, %({second})s]::uuid[]"
+    return Step(name, f"select actions, processed, sqlstate from engine.v2_reconcile_all({runs})",
+                ("actions", "processed", "sqlstate"))  # fmt: skip
+
+
+def groups_without_deadlock(ctx: RaceContext) -> Result:
+    """Both groups finished without an error (no deadlock), each run's B exists once, and the
+    work caught up: one group reconciled both runs, the other found both processed."""
+    rows = {n: ctx.results.get(n, []) for n in ("g1_all", "g2_all")}
+    failed = sorted(str(r["sqlstate"]) for n in rows for r in rows[n] if r["sqlstate"] is not None)
+    actions = sorted(sum(r["actions"] or 0 for r in rows[n]) for n in rows)
+    b = ctx.one("select count(*) from engine.step_tasks where step_slug = 'B'")
+    dirty = ctx.one("select count(*) from engine.run_work where requested_generation > processed_generation")
+    ok = actions == [0, 2] and b == 2 and dirty == 0 and not failed and not ctx.errors
+    return ok, (f"actions per group {actions}; B tasks {b}; dirty left {dirty}; items failed {failed}; "
+                f"errors {sorted(ctx.errors)}")  # fmt: skip
+
+
+RECONCILE_GROUPS_OVERLAP = RaceSpec(
+    name="reconcile_groups_overlap",
+    description="two reconcile groups name the same two due runs in opposite orders: each takes the runs in "
+    "ascending run id, so the second waits for the first on the lower run and never holds the higher one (no "
+    "deadlock)",
+    setup=s.two_settled,
+    sessions={
+        "g1": (_group("g1_all", "run", "run_2"),),
+        "g2": (_group("g2_all", "run_2", "run"),),
+        "ctl": (Release("ctl_release", "reconcile.after_work_lock"),),
+    },
+    hooks={"g1": ("reconcile.after_work_lock",), "g2": ("reconcile.after_work_lock",)},
+    holds=("reconcile.after_work_lock",),
+    checks=(Check("both_groups_done_without_deadlock", groups_without_deadlock),),
+)
+
+
+ALL: tuple[RaceSpec, ...] = (RECONCILE_NEXT_SHARED, RECONCILE_NEXT_SPLIT, RECONCILE_GROUPS_OVERLAP)

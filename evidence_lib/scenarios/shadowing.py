@@ -283,6 +283,26 @@ RECIPES: dict[str, Recipe] = {
     "v2_reconcile_next": Recipe(
         "engine_operator", _v2_settled, "select actions from engine.v2_reconcile_next(8)", _at_least_one
     ),
+    "v2_claim_all": Recipe(
+        "engine_worker",
+        _v2_read,
+        "select claim_id is not null from engine.v2_claim_all(array[%(run)s]::pg_catalog.uuid[], "
+        "array['A']::pg_catalog.text[], array[%(queue)s]::pg_catalog.text[], " + INT8S + ")",
+        _first(True),
+    ),
+    "v2_settle_all": Recipe(
+        "engine_worker",
+        _v2_claimed,
+        "select verdict from engine.v2_settle_all(array[%(claim)s]::pg_catalog.uuid[], "
+        "array['completed']::pg_catalog.text[], array[%(result)s]::pg_catalog.jsonb[])",
+        _first("accepted"),
+    ),
+    "v2_reconcile_all": Recipe(
+        "engine_operator",
+        _v2_settled,
+        "select actions from engine.v2_reconcile_all(array[%(run)s]::pg_catalog.uuid[], 8)",
+        _at_least_one,
+    ),
     "v2_listen": Recipe("engine_worker", _v2_defined, "select engine.v2_listen('engine_v2_dirty')", _rows(1)),
     "v2_unlisten": Recipe("engine_worker", _nothing, "select engine.v2_unlisten(null)", _rows(1)),
 }

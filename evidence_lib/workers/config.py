@@ -58,6 +58,10 @@ class WorkerConfig:
     pool_wait: float = 2.0  # seconds a poll waits for a connection (a settlement waits its lease's time left)
     wakeups: bool = True  # idle: wait for the engine's notification (LISTEN) instead of polling (v2 only)
     idle_wait: float = 10.0  # idle with wake-ups: the fallback poll for a notification lost to a reconnect
+    # v2: an engine_operator login for the worker's own reconciler, which reconciles the runs this
+    # worker settles right after each settlement group commits (workers/followup.py); empty: the
+    # runs wait for a standalone reconciler to find them
+    reconcile_url: str = ""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.visibility_timeout < 1 or self.report_attempts < 1:

@@ -4,13 +4,10 @@ records of every attempt, every settlement and the worker's counts (read back by
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 from uuid import UUID
-
-from psycopg import sql
 
 from evidence_lib.engine import v2
 from evidence_lib.engine.jsontypes import Json
@@ -60,25 +57,3 @@ class V2WorkerStats:
     verdicts: Counter[str] = field(default_factory=Counter)
     settlements: list[SettlementRecord] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-
-
-# One message, one round trip: BEGIN, the transaction id and statement_timeout = the time left
-# by the server's clock, and the settlement. COMMIT goes alone afterwards, so the client knows
-# the xid before the commit can be lost. Values are quoted client-side (psycopg.sql.Literal).
-ATTEMPT = sql.SQL("""begin;
-select pg_current_xact_id()::text,
-       set_config('statement_timeout',
-                  greatest(1, floor(extract(epoch from {lease}::timestamptz - clock_timestamp())
-                                    * 1000))::bigint::text,
-                  true),
-       extract(epoch from {lease}::timestamptz - clock_timestamp())::float8;
-select * from engine.v2_settle({claim}::uuid, {outcome}, {result}::jsonb)""")
-
-
-def attempt_sql(grant: v2.Grant, outcome: v2.Outcome, result: Json) -> sql.Composed:
-    return ATTEMPT.format(
-        lease=sql.Literal(grant.lease_expires_at.isoformat()),
-        claim=sql.Literal(str(grant.claim_id)),
-        outcome=sql.Literal(outcome),
-        result=sql.Literal(json.dumps(result, allow_nan=False)),
-    )

@@ -1,7 +1,10 @@
-"""The v2 worker: read up to one message per free slot in one call (the reservation) -> claim each
-with `v2_claim` for its one task, every claim its own call and transaction, all of them in one
-round trip (pipeline) -> run the handler only for a grant -> settle with a deadline. Idle, it waits
-for the engine's wake-up on its queue (LISTEN, `engine.v2_listen`) with a bounded fallback poll.
+"""The v2 worker: read up to one message per free slot in one call (the reservation) -> claim them
+all in one transaction and one round trip (`engine.v2_claim_all`: each claim its own `v2_claim` call
+in a subtransaction) -> run the handler only for a grant -> settle with a deadline, in a group with
+every settlement that finished meanwhile (`workers/settle_groups.py`: one commit, two round trips)
+-> with `reconcile_url`, its own reconciler reconciles the runs a group settled, right after
+(`workers/followup.py`). Idle (after an empty read), it waits for the engine's wake-up on its queue
+(LISTEN, `engine.v2_listen`) with a bounded fallback poll.
 
 Settlement (CONTRACT section 3): at most `worker_settlement_attempts` submitted attempts, all
 before the claim's lease horizon (an absolute deadline), spread over the time left with a capped
@@ -30,6 +33,7 @@ from evidence_lib.engine import v1, v2
 from evidence_lib.engine.jsontypes import Json
 from evidence_lib.engine.limits import read_limits
 from evidence_lib.engine.messages import UnsupportedMessage, parse_task_message
+from evidence_lib.engine.v2_groups import Refused, claim_all
 from evidence_lib.pg.db import Conn
 from evidence_lib.workers.base import WorkerBase
 from evidence_lib.workers.config import (
@@ -42,6 +46,8 @@ from evidence_lib.workers.config import (
     ensure_json,
 )
 from evidence_lib.workers.connections import ConnectionUnavailable
+from evidence_lib.workers.followup import FollowUp
+from evidence_lib.workers.settle_groups import SettleGroups
 from evidence_lib.workers.settlement import (
     RESERVE,
     RETRY_CAP,
@@ -49,7 +55,6 @@ from evidence_lib.workers.settlement import (
     AttemptRecord,
     SettlementRecord,
     V2WorkerStats,
-    attempt_sql,
 )
 from evidence_lib.workers.wakeups import Waiter
 
@@ -69,9 +74,18 @@ class V2Worker(WorkerBase):
         self.stats = V2WorkerStats()
         self.settlement_attempts = self.config.report_attempts
         self._waiter: Waiter | None = None  # waits for wake-ups when idle
+        self.followup: FollowUp | None = None  # its own reconciler (config.reconcile_url)
+        self.groups = SettleGroups(lambda: self.pool, self.timed, self._error, self._settled)
+
+    def _settled(self, grants: list[v2.Grant]) -> None:
+        """A settlement group committed: its accepted runs are dirty; reconcile them soon."""
+        if self.followup is not None:
+            self.followup.hand([g.run_id for g in grants])
 
     def __enter__(self) -> V2Worker:
         super().__enter__()
+        if self.config.reconcile_url and self.followup is None:
+            self.followup = FollowUp(self.config.reconcile_url, self.name, self.log)
         try:
             with self.pool.connection(self.config.pool_wait) as conn:
                 self.settlement_attempts = read_limits(conn).worker_settlement_attempts
@@ -94,8 +108,9 @@ class V2Worker(WorkerBase):
     # -- reading and claiming ----------------------------------------------------------------
 
     def poll(self, *, wait_for_handlers: bool = False) -> int:
-        """Read up to one message per free slot in one call, claim them in one round trip (one
-        claim per message, each its own transaction); start a handler for each grant.
+        """Read up to one message per free slot in one call, claim them in one transaction and
+        one round trip (each claim its own call in a subtransaction); start a handler for each
+        grant.
 
         Returns the number of messages read (0: nothing visible for us).
         """
@@ -108,8 +123,8 @@ class V2Worker(WorkerBase):
                 messages = v1.read_messages(conn, self.queue, self.config.visibility_timeout, free)
             deliveries = [(m, d) for m in messages if (d := self._delivery(m)) is not None]
             if deliveries:
-                with self.timed("v2_claim"):
-                    answers = v2.claim_many(conn, [d for _, d in deliveries])
+                with self.timed("v2_claim_all"):
+                    answers = claim_all(conn, [d for _, d in deliveries])
                 for (message, delivery), answer in zip(deliveries, answers, strict=True):
                     grant = self._claim(conn, message, delivery, answer)
                     if grant is not None:
@@ -143,26 +158,19 @@ class V2Worker(WorkerBase):
         return v2.Delivery(task.run_id, task.step_slug, self.queue, mid)
 
     def _claim(self, conn: Conn, message: v1.QueueMessage, task: v2.Delivery,
-               answer: v2.Grant | v2.ClaimUnanswered | None) -> v2.Grant | None:  # fmt: skip
+               answer: v2.Grant | Refused | None) -> v2.Grant | None:  # fmt: skip
         mid = message.msg_id
-        try:
-            if isinstance(answer, v2.ClaimUnanswered):  # its pipelined call failed: alone, for its error
-                with self.timed("v2_claim"):
-                    answer = v2.claim(conn, task.run_id, task.step_slug, self.queue, mid)
-            grant = answer
-        except psycopg.OperationalError:
-            raise
-        except psycopg.Error as exc:
+        if isinstance(answer, Refused):
             self.stats.left_intact += 1
             self.log(
                 logging.WARNING,
                 "claim_refused",
-                f"message {mid} in queue {self.queue} left intact: claim refused "
-                f"[{exc.sqlstate}] {exc.diag.message_primary}",
+                f"message {mid} in queue {self.queue} left intact: claim refused [{answer.sqlstate}] {answer.message}",
                 queue=self.queue,
                 message_id=mid,
             )
             return None
+        grant = answer
         if grant is None:
             self.stats.not_granted += 1
             self.log(
@@ -195,11 +203,6 @@ class V2Worker(WorkerBase):
                 self._waiter.conn is None:  # fmt: skip
             super().idle_wait()
 
-    def drained(self, read: int, free: int) -> bool:
-        """A read of fewer messages than free slots took all that was visible: reading again at
-        once would come back empty, so wait (for a wake-up) instead."""
-        return read < free
-
     def busy(self) -> None:
         if self._waiter is not None:
             self._waiter.busy()
@@ -208,6 +211,9 @@ class V2Worker(WorkerBase):
         if self._waiter is not None:
             self._waiter.close()
         super().close()
+        if self.followup is not None:  # after the handlers: their last settlements are handed over first
+            self.followup.close()
+            self.followup = None
 
     # -- handler and settlement ---------------------------------------------------------------
 
@@ -327,60 +333,20 @@ class V2Worker(WorkerBase):
         return record
 
     def _attempt(self, attempt: int, grant: v2.Grant, outcome: v2.Outcome, result: Json, wait: float) -> AttemptRecord:
-        started = time.perf_counter()
-        rec = AttemptRecord(attempt, "receipt", started_at=time.time())
-        stage = "connect"
-        try:
-            with self.pool.connection(wait) as conn:
-                stage = "open"
-                try:
-                    with self.timed("settle.open+v2_settle"):
-                        cur = conn.execute(attempt_sql(grant, outcome, result))
-                        cur.nextset()  # past BEGIN
-                        row = cur.fetchone()
-                        cur.nextset()
-                        settle_row = cur.fetchone()
-                    assert row is not None and settle_row is not None
-                    rec.xid = str(row[0])
-                    if float(row[2]) <= 0:
-                        raise DeadlineExceeded(f"claim {grant.claim_id}: no time left by the server clock")
-                    stage = "settle"
-                    receipt = v2.Receipt(*settle_row)
-                    rec.verdict = receipt.verdict
-                except BaseException:
-                    if not conn.closed and not conn.broken:
-                        conn.execute("rollback")
-                    raise
-                stage = "commit"
-                with self.timed("settle.commit"):
-                    conn.execute("commit")
-            if self.log.enabled(logging.INFO):  # the hot path builds no message nobody reads
-                self.log(
-                    logging.INFO,
-                    "settled",
-                    f"claim {grant.claim_id}: {receipt.verdict} (attempt {attempt}, generation {receipt.generation})",
-                    claim_id=str(grant.claim_id),
-                )
-        except ConnectionUnavailable as exc:
-            rec.result, rec.error, rec.submitted = "unreachable", str(exc).strip(), False
-        except (DeadlineExceeded, psycopg.errors.QueryCanceled) as exc:
-            rec.result, rec.error = "deadline", str(exc).strip()
-            self._error(DeadlineExceeded(f"claim {grant.claim_id} attempt {attempt}: {rec.error}"))
-        except psycopg.OperationalError as exc:
-            rec.result, rec.error = "transport_error", str(exc).strip()
-            rec.indeterminate = stage == "commit"
+        """One try, in the next settlement group (`workers/settle_groups.py`); logged as alone."""
+        rec = self.groups.attempt(attempt, grant, outcome, result, wait)
+        if rec.result == "transport_error":
             self.stats.transport_errors += 1
             view = "indeterminate (the commit was sent, its reply lost)" if rec.indeterminate else "not committed"
-            self._error(
-                TransportError(
-                    f"claim {grant.claim_id} attempt {attempt} at {stage}: {rec.error}; "
-                    f"client view: {view}; xid {rec.xid}"
-                )
-            )
-        except psycopg.Error as exc:
-            rec.result, rec.error = "rejected", f"[{exc.sqlstate}] {exc.diag.message_primary}"
+            self._error(TransportError(f"claim {grant.claim_id} attempt {attempt}: {rec.error}; client view: "
+                                       f"{view}; xid {rec.xid}"))  # fmt: skip
+        elif rec.result == "rejected":
             self._error(ReportRejected(f"claim {grant.claim_id} attempt {attempt}: {rec.error}"))
-        rec.seconds = time.perf_counter() - started
+        elif rec.result == "deadline":
+            self._error(DeadlineExceeded(f"claim {grant.claim_id} attempt {attempt}: {rec.error}"))
+        elif self.log.enabled(logging.INFO):  # the hot path builds no message nobody reads
+            self.log(logging.INFO, "settled", f"claim {grant.claim_id}: {rec.verdict} (attempt {attempt})",
+                     claim_id=str(grant.claim_id))  # fmt: skip
         return rec
 
     def _error(self, exc: Exception) -> None:

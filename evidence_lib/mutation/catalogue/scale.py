@@ -6,6 +6,9 @@ from __future__ import annotations
 from evidence_lib.mutation.controls import Control, Edit, Target
 
 NOTIFY = "0366_function__notify_listeners.sql"
+SETTLE_ALL = "0696_function_v2_settle_all.sql"
+RECONCILE_ALL = "0698_function_v2_reconcile_all.sql"
+TOUR = Target("model_check", "tour", ("the_tour_of_every_operation_agrees_with_the_model",))
 START = "0610_function_v2_start_run.sql"
 WAKE = "'engine_wake_' || v_pid"
 KEPT = "  select l.pid into v_pid\n    from engine.listeners as l\n"
@@ -43,5 +46,23 @@ SCALE: tuple[Control, ...] = (
         "contract.md Wake-ups: the waiter woken is the one waiting longest",
         _wakeups("the_worker_waiting_longest_is_woken"),
         edits=(Edit(NOTIFY, "order by w.listening_since, w.pid", "order by w.listening_since desc, w.pid"),),
+    ),
+    # -- the group calls (issue 33, migration 0017) ---------------------------------------------
+    Control(
+        "reconcile_all_in_the_given_order",
+        "contract.md Group calls: the items run in ascending run id, so two groups over the same runs never "
+        "wait on each other in a cycle",
+        (Target("races", "reconcile_groups_overlap", ("reconcile_groups_overlap",)),),
+        edits=(Edit(RECONCILE_ALL, "     order by r.run_id, r.i\n", "     order by r.i\n"),),
+    ),
+    Control(
+        "settle_all_without_a_subtransaction_per_item",
+        "contract.md Group calls: each item is a subtransaction of its own; a refusal of one undoes no other",
+        (TOUR,),
+        edits=(
+            Edit(SETTLE_ALL, "    begin\n      v_receipt := engine.v2_settle(", "    v_receipt := engine.v2_settle("),
+            Edit(SETTLE_ALL, "    exception when others then\n      get stacked diagnostics v_state = "
+                 "returned_sqlstate, v_text = message_text;\n    end;\n", ""),
+        ),
     ),
 )
