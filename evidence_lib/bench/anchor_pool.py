@@ -98,7 +98,7 @@ def worker_loop(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> 
 
 def producer_loop(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
     """Start anchor runs, keeping `in_flight` of them started."""
-    from evidence_lib.bench.pools import paced_start
+    from evidence_lib.bench.pools import keep_in_flight, paced_start
     from evidence_lib.pg.db import connect
 
     slug, limit = opts["slug"], opts.get("in_flight", 0)
@@ -106,15 +106,9 @@ def producer_loop(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -
         if "rate" in opts:  # paced: a run every 1/rate s
             paced_start(stop, opts["rate"], lambda: times.call("start_flow", lambda: _start_flow(conn, slug)))
             return
-        while not stop.is_set():
-            row = conn.execute("select count(*) from pgflow.runs where flow_slug = %s and status = 'started'",
-                               (slug,)).fetchone()  # fmt: skip
-            if row is not None and row[0] >= limit:
-                stop.wait(0.002)  # backlog full: let the workers catch up
-                continue
-            for _ in range(max(1, limit // 2)):
-                with times.time("start_flow"):
-                    _start_flow(conn, slug)
+        in_flight = "select count(*) from pgflow.runs where flow_slug = %s and status = 'started'"
+        keep_in_flight(conn, stop, limit, in_flight, "select run_id from pgflow.start_flow(%s, '{}'::jsonb)", (slug,),
+                       times.batch)  # fmt: skip
 
 
 def _start_flow(conn: Conn, slug: str) -> None:

@@ -44,7 +44,7 @@ def _plain(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
 
 
 def _producer(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:
-    from evidence_lib.bench.pools import paced_start
+    from evidence_lib.bench.pools import keep_in_flight, paced_start
     from evidence_lib.engine import v1, v2
     from evidence_lib.pg.db import connect
 
@@ -55,16 +55,10 @@ def _producer(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> No
         if "rate" in opts:  # paced: a run every 1/rate s, however many are in flight
             paced_start(stop, opts["rate"], lambda: times.call(name, lambda: start(conn, slug, {"n": 1})))
             return
-        while not stop.is_set():
-            row = conn.execute(
-                "select count(*) from engine.runs where flow_slug = %s and status = 'started'", (slug,)
-            ).fetchone()
-            if row is not None and row[0] >= limit:
-                stop.wait(0.002)  # backlog full: let the workers catch up
-                continue
-            for _ in range(max(1, limit // 2)):
-                with times.time(name):
-                    start(conn, slug, {"n": 1})
+        function = "engine.v2_start_run" if opts["protocol"] == "v2" else "engine.start_flow"
+        in_flight = "select count(*) from engine.runs where flow_slug = %s and status = 'started'"
+        keep_in_flight(conn, stop, limit, in_flight, f"select {function}(%s, '{{\"n\": 1}}'::jsonb)", (slug,),
+                       times.batch)  # fmt: skip
 
 
 def _worker(url: str, opts: dict[str, Any], stop: Any, times: CallTimes) -> None:

@@ -26,6 +26,7 @@ from evidence_lib.pg.db import Server, connect, one
 System = Literal["anchor", "v1", "v2", "v2 polling"]
 SYSTEMS: tuple[System, ...] = ("anchor", "v1", "v2", "v2 polling")
 SLUG = "pool_ab"
+BACKSTOP_POLL = 1.0  # seconds between two looks of the backstop reconciler beside a v2 pool
 LABELS: dict[System, str] = {
     "anchor": "anchor pool A -> B runs",
     "v1": "v1 A -> B runs",
@@ -59,11 +60,13 @@ def specs(system: System, workers: int, producer: dict[str, Any]) -> list[Spec]:
     wakeups = system == "v2"
     out = [("producer", {"slug": SLUG, "protocol": protocol, **producer})]
     # a v2 worker reconciles what it settled itself (its follow-up reconciler, issue 33); one
-    # reconciler beside the pool serves what a follow-up missed
+    # reconciler beside the pool is the backstop for what a follow-up missed: it polls every
+    # BACKSTOP_POLL s and registers for no wake-up, so it never races the follow-ups for a run
+    # they are about to reconcile (each such race costs a second v2_reconcile of the run)
     out += [("worker", {"slug": SLUG, "mode": "flow", "protocol": protocol, "name": f"pool_{protocol}_{i}",
                         "wakeups": wakeups, "followup": protocol == "v2"}) for i in range(workers)]  # fmt: skip
     if protocol == "v2":
-        out += [("reconciler", {"name": "pool_reconciler_0", "wakeups": wakeups})]
+        out += [("reconciler", {"name": "pool_reconciler_0", "wakeups": False, "poll_interval": BACKSTOP_POLL})]
     return out
 
 
@@ -181,6 +184,29 @@ def idle_cost(url: str, system: System, workers: int, seconds: float) -> IdleCos
         x1 = int(one(conn, XACTS))
     ours = 2  # this session's own reads of the counter inside the window
     return IdleCost(t1 - t0, sum(len(v) for v in calls.samples.values()), max(0, x1 - x0 - ours))
+
+
+START_BATCH = 64  # starts per pipeline: each its own transaction, one round trip for all of them
+LOOK_EVERY = 0.02  # seconds between two counts of the runs in flight while the backlog is full
+
+
+def keep_in_flight(conn: Any, stop: Any, limit: int, count_sql: str, start_sql: str, params: tuple[Any, ...],
+                   timed: Callable[[str, int], Any]) -> None:  # fmt: skip
+    """The peak producer of every system alike: keep `limit` runs started. It counts the runs in
+    flight (`count_sql`, served by the runs' status index) at most every LOOK_EVERY s, and starts
+    what is missing in pipelines of START_BATCH, each start its own transaction: the producer's
+    round-trip latency never limits a pool, and its polling costs the server little."""
+    while not stop.is_set():
+        row = conn.execute(count_sql, params[:1]).fetchone()
+        missing = limit - (row[0] if row is not None else 0)
+        if missing <= 0:
+            stop.wait(LOOK_EVERY)  # backlog full: let the workers catch up
+            continue
+        for first in range(0, missing, START_BATCH):
+            n = min(START_BATCH, missing - first)
+            with timed("starts (pipelined)", n), conn.pipeline():
+                for _ in range(n):
+                    conn.execute(start_sql, params)
 
 
 def paced_start(stop: Any, rate: float, start: Callable[[], object]) -> None:
