@@ -112,9 +112,6 @@ def work_row(conn: Conn, run_id: UUID) -> dict[str, Any]:
     return value
 
 
-CLAIM = "select * from engine.v2_claim(%s, %s, %s, array[%s]::bigint[])"
-
-
 @dataclass(frozen=True)
 class Delivery:
     """One message read for one task: what a claim names."""
@@ -126,49 +123,10 @@ class Delivery:
 
 
 class ClaimUnanswered:
-    """A pipelined claim that failed: claim it alone to learn why (its error names it)."""
+    """A pipelined call that failed: make it alone to learn why (its error names it)."""
 
 
 UNANSWERED = ClaimUnanswered()
-
-
-def claim_many(conn: Conn, deliveries: list[Delivery]) -> list[Grant | ClaimUnanswered | None]:
-    """Claim several deliveries in one round trip (psycopg's pipeline mode): still one task and one
-    message per call, each call its own transaction (a sync after each). A call that failed comes
-    back UNANSWERED (its transaction rolled back, nothing written); `claim` it alone for its error.
-    A broken connection raises."""
-    if len(deliveries) == 1:  # no pipeline for one call
-        d = deliveries[0]
-        try:
-            return [claim(conn, d.run_id, d.step_slug, d.queue_name, d.message_id)]
-        except psycopg.OperationalError:
-            raise
-        except psycopg.Error:
-            return [UNANSWERED]
-    cursors = []
-    with conn.pipeline() as pipeline:
-        for d in deliveries:
-            cur = conn.cursor(row_factory=class_row(Grant))
-            try:
-                cur.execute(CLAIM, (d.run_id, d.step_slug, d.queue_name, d.message_id))
-                pipeline.sync()
-            except psycopg.OperationalError:
-                raise
-            except psycopg.Error:
-                pass  # some claim of the pipeline failed; which one, its cursor says below
-            cursors.append(cur)
-    out: list[Grant | ClaimUnanswered | None] = []
-    for cur in cursors:
-        try:
-            rows = cur.fetchall()
-        except psycopg.ProgrammingError:  # no result: this claim failed (or was never run)
-            out.append(UNANSWERED)
-            continue
-        out.append(rows[0] if rows else None)
-        cur.close()
-    return out
-
-
 NEXT = "select * from engine.v2_reconcile_next(%s, %s::uuid[])"
 
 

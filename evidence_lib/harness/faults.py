@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import contextlib
-import re
 import socket
 import struct
 import threading
@@ -23,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pglast
+import pglast.parser
 from psycopg import conninfo
 
 from evidence_lib.harness.locks import LivenessTimeout, LockWait, dump, waits
@@ -67,8 +68,13 @@ def _message_query(kind: bytes, payload: bytes) -> bytes | None:
 def _ends_in_commit(query: bytes) -> bool:
     """A COMMIT alone, or a simple query whose last statement is COMMIT (a worker's settlement
     group sends its settlements and COMMIT in one message: the answer to the whole message is the
-    answer to the COMMIT)."""
-    return re.search(rb"(^|;)\s*commit\s*;?\s*$", query.strip(), re.IGNORECASE) is not None
+    answer to the COMMIT). Split with PostgreSQL's own scanner (pglast), so a `;` inside a literal
+    is not a statement boundary."""
+    try:
+        statements = pglast.split(query.decode(errors="replace"), with_parser=False)
+    except pglast.parser.ParseError:
+        return False
+    return bool(statements) and statements[-1].strip().lower() == "commit"
 
 
 def _bound_statement(payload: bytes) -> bytes:
@@ -196,7 +202,7 @@ class LostAckProxy:
                             if kind == b"B"
                             else None
                         )
-                        if executes is not None and _ends_in_commit(executes) and self._armed.is_set():
+                        if executes is not None and self._armed.is_set() and _ends_in_commit(executes):
                             self._armed.clear()
                             # a Query is its own sync point; a Bind runs at the next Sync
                             link.commit_index = link.client_syncs + (0 if kind == b"Q" else 1)
