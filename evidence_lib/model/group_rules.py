@@ -67,7 +67,7 @@ class GroupRules:
         answer = self.check(op)
         if answer.kind != "value":
             return
-        for (claim_id, outcome, result), (kind, value) in zip(items, answer.value, strict=True):
+        for (claim_id, outcome, result), (kind, value) in zip(items, answer.value[1], strict=True):
             if kind == "value" and value[0] == "accepted":
                 self.sent.setdefault(claim_id, (outcome, result))
 

@@ -37,34 +37,49 @@ def _order(keys: list[tuple[int, str]]) -> list[int]:
     return sorted(range(len(keys)), key=lambda i: (keys[i], i))
 
 
-def _answer(state: str | None, hit: bool, value: Any) -> Answer:
-    return ("error", str(state)) if state is not None else ("value", value) if hit else ("empty", None)
+def _answer(state: str | None, text: str | None, hit: bool, value: Any) -> Answer:
+    """One row as the single call's answer. A row that mixes an error with an answer, or carries a
+    message without its SQLSTATE, is an answer no single call gives (a value left over from the
+    item before)."""
+    if state is not None:
+        return ("error", str(state)) if not hit else ("error and answer", (str(state), value))
+    return ("message without error", text) if text is not None else ("value", value) if hit else ("empty", None)
+
+
+def _ran(rows: list[tuple[Any, ...]]) -> tuple[int, ...]:
+    """The items in the order the engine ran them (its rows' order)."""
+    return tuple(int(r[0]) for r in rows)
+
+
+def _expected(order: list[int], answers: list[Answer]) -> Outcome:
+    return Outcome("value", (tuple(i + 1 for i in order), tuple(answers)))
 
 
 def claim_all(items: list[ClaimItem], variant: str) -> Op:
     def real(conn: Conn) -> tuple[Outcome, Any]:
         def go() -> tuple[Outcome, Any]:
             rows = conn.execute(
-                "select item, claim_id::text, input, sqlstate from engine.v2_claim_all(%s::uuid[], %s::text[], "
-                "%s::text[], %s::bigint[])",
+                "select item, claim_id::text, input, sqlstate, message "
+                "from engine.v2_claim_all(%s::uuid[], %s::text[], %s::text[], %s::bigint[])",
                 ([i[0] for i in items], [i[1] for i in items], [i[2] for i in items], [i[3] for i in items]),
             ).fetchall()  # fmt: skip
             answers: list[Answer] = [("missing", None)] * len(items)
             claims: list[str | None] = [None] * len(items)
-            for item, claim_id, input_, state in rows:
-                answers[item - 1] = _answer(state, claim_id is not None, ("grant", _canon(input_)))
+            for item, claim_id, input_, state, text in rows:
+                answers[item - 1] = _answer(state, text, claim_id is not None, ("grant", _canon(input_)))
                 claims[item - 1] = claim_id
-            return Outcome("value", tuple(answers)), claims
+            return Outcome("value", (_ran(rows), tuple(answers))), claims
 
         return call(conn, go)
 
     def model(m: Model, claims: Any, now: Window) -> Outcome:
         answers: list[Answer] = [("missing", None)] * len(items)
-        for i in _order([(0, item[0]) for item in items]):
+        order = _order([(0, item[0]) for item in items])
+        for i in order:
             run, step, queue, sent, msg = items[i]
             claim_id = claims[i] if claims else None
             answers[i] = _alone(m, lambda: m.claim(run, step, queue, [sent], msg, now, claim_id))  # noqa: B023
-        return Outcome("value", tuple(answers))
+        return _expected(order, answers)
 
     shown = ", ".join(f"{i[1]} of {i[0][:8]} ({i[2]} {i[3]})" for i in items)
     return Op("claim_all", f"claim_all [{shown}] ({variant})", real, model, items[0][0])
@@ -74,24 +89,25 @@ def settle_all(items: list[SettleItem], variant: str) -> Op:
     def real(conn: Conn) -> tuple[Outcome, Any]:
         def go() -> tuple[Outcome, Any]:
             rows = conn.execute(
-                "select item, verdict, outcome, result, generation, sqlstate "
+                "select item, verdict, outcome, result, generation, sqlstate, message "
                 "from engine.v2_settle_all(%s::uuid[], %s::text[], %s::jsonb[])",
                 ([c for c, _, _ in items], [o for _, o, _ in items], [Jsonb(r) for _, _, r in items]),
             ).fetchall()
             answers: list[Answer] = [("missing", None)] * len(items)
-            for item, verdict, outcome, result, generation, state in rows:
-                answers[item - 1] = _answer(state, True, (verdict, outcome, _canon(result), generation))
-            return Outcome("value", tuple(answers)), None
+            for item, verdict, outcome, result, generation, state, text in rows:
+                answers[item - 1] = _answer(state, text, verdict is not None,
+                                            (verdict, outcome, _canon(result), generation))  # fmt: skip
+            return Outcome("value", (_ran(rows), tuple(answers))), None
 
         return call(conn, go)
 
     def model(m: Model, _ids: Any, now: Window) -> Outcome:
         answers: list[Answer] = [("missing", None)] * len(items)
-        keys = [(0, m.claims[c].run) if c in m.claims else (1, "") for c, _, _ in items]
-        for i in _order(keys):
+        order = _order([(0, m.claims[c].run) if c in m.claims else (1, "") for c, _, _ in items])
+        for i in order:
             claim_id, outcome, result = items[i]
             answers[i] = _alone(m, lambda: m.settle(claim_id, outcome, result, _size(result), False, now))  # noqa: B023
-        return Outcome("value", tuple(answers))
+        return _expected(order, answers)
 
     shown = ", ".join(f"{c[:8]} {o}" for c, o, _ in items)
     return Op("settle_all", f"settle_all [{shown}] ({variant})", real, model)
@@ -101,14 +117,15 @@ def reconcile_all(runs: list[str], max_actions: int | None) -> Op:
     def real(conn: Conn) -> tuple[Outcome, Any]:
         def go() -> tuple[Outcome, Any]:
             rows = conn.execute(
-                "select item, generation, actions, processed, health, run_status, sqlstate "
+                "select item, generation, actions, processed, health, run_status, sqlstate, message "
                 "from engine.v2_reconcile_all(%s::uuid[], %s)",
                 (runs, max_actions),
             ).fetchall()
             answers: list[Answer] = [("missing", None)] * len(runs)
-            for item, generation, actions, processed, health, status, state in rows:
-                answers[item - 1] = _answer(state, True, (generation, actions, processed, health, status))
-            return Outcome("value", tuple(answers)), None
+            for item, generation, actions, processed, health, status, state, text in rows:
+                answers[item - 1] = _answer(state, text, generation is not None,
+                                            (generation, actions, processed, health, status))  # fmt: skip
+            return Outcome("value", (_ran(rows), tuple(answers))), None
 
         return call(conn, go)
 
@@ -116,9 +133,10 @@ def reconcile_all(runs: list[str], max_actions: int | None) -> Op:
         if max_actions is None or not 1 <= max_actions <= 64:
             return Outcome.error(SqlState.ARGUMENT_OUT_OF_RANGE)  # the whole group is refused
         answers: list[Answer] = [("missing", None)] * len(runs)
-        for i in _order([(0, run) for run in runs]):
+        order = _order([(0, run) for run in runs])
+        for i in order:
             answers[i] = _alone(m, lambda: m.reconcile(runs[i], max_actions, now))  # noqa: B023
-        return Outcome("value", tuple(answers))
+        return _expected(order, answers)
 
     shown = ", ".join(r[:8] for r in runs)
     return Op("reconcile_all", f"reconcile_all [{shown}] max_actions {max_actions}", real, model, runs[0])

@@ -6,7 +6,7 @@ engine's back, and every constraint, unique index and trigger of the schema."""
 
 from __future__ import annotations
 
-from evidence_lib.model import probes_defs, probes_roles, probes_schema, probes_v1, probes_v2
+from evidence_lib.model import probes_defs, probes_groups, probes_roles, probes_schema, probes_v1, probes_v2
 from evidence_lib.model.probes_defs import Checker
 
 
@@ -18,6 +18,7 @@ def probes(m: Checker) -> None:
     probes_v2.envelope(m)
     probes_v2.hooks(m, "Env900")
     probes_v2.reconcile_next(m)
+    probes_groups.group_sizes(m)
     probes_v2.wakeups(m, "Env900")
     probes_v2.inputs(m)
     probes_v2.step_options(m)

@@ -52,19 +52,20 @@ def _groups(m: EngineMachine) -> None:
     refusal inside (that must undo nothing of the others) and a duplicate."""
     for n in (2, 3):
         m.check(ops.start_run("m1", {"n": n}))
-    r4, r5 = list(m.model.runs)[-2:]
+    # hi is given first everywhere: the engine must run lo's items first (ascending run id)
+    lo, hi = sorted(list(m.model.runs)[-2:])
     queue = m.model.flows["m1"].queues["A"]
-    a4, a5 = m.msg_ids.get((r4, "A")), m.msg_ids.get((r5, "A"))
+    a_lo, a_hi = m.msg_ids.get((lo, "A")), m.msg_ids.get((hi, "A"))
     before = set(m.model.claims)
-    m.check(ops_groups.claim_all([(r5, "A", queue, a5, a5), (r4, "A", queue, (a4 or 0) + 1000, a4),
-                                  (r4, "A", queue, a4, a4)], "one wrong id"))  # fmt: skip
-    c4, c5 = (next(c for c in m.model.claims if c not in before and m.model.claims[c].run == r) for r in (r4, r5))
+    m.check(ops_groups.claim_all([(hi, "A", queue, a_hi, a_hi), (lo, "A", queue, (a_lo or 0) + 1000, a_lo),
+                                  (lo, "A", queue, a_lo, a_lo)], "one wrong id"))  # fmt: skip
+    c_lo, c_hi = (next(c for c in m.model.claims if c not in before and m.model.claims[c].run == r) for r in (lo, hi))
     unknown = "00000000-0000-4000-8000-000000000000"
-    m.check(ops_groups.settle_all([(c5, "done", {}), (unknown, "completed", {}), (c4, "completed", {"ok": 4}),
-                                   (c5, "completed", {"ok": 5})], "refusals"))  # fmt: skip
-    m.check(ops_groups.settle_all([(c4, "completed", {"ok": 4})], "replay"))
-    m.check(ops_groups.reconcile_all([r5, r4], 0))  # DR008: the whole group refused
-    m.check(ops_groups.reconcile_all([r5, r4, r5], 8))  # dispatches both Bs; the duplicate is a no-op
+    m.check(ops_groups.settle_all([(c_hi, "done", {}), (unknown, "completed", {}), (c_lo, "completed", {"ok": 4}),
+                                   (c_hi, "completed", {"ok": 5})], "refusals"))  # fmt: skip
+    m.check(ops_groups.settle_all([(c_lo, "completed", {"ok": 4})], "replay"))
+    m.check(ops_groups.reconcile_all([hi, lo], 0))  # DR008: the whole group refused
+    m.check(ops_groups.reconcile_all([hi, lo, hi], 8))  # dispatches both Bs; the duplicate is a no-op
 
 
 def tour(m: EngineMachine, mode: str, probes: bool = True) -> None:
