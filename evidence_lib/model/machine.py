@@ -50,6 +50,7 @@ class EngineMachine(GroupRules, RuleBasedStateMachine):
         self.model = Model()
         self.offset = 0.0
         self.transcript: list[str] = []
+        self.refused = False  # the last trial was a refusal the model expected
         self.msg_ids: dict[tuple[str, str], int] = {}
         self.sent: dict[str, tuple[str, Any]] = {}  # claim -> the settlement first sent for it
         self.proxy: LostAckProxy | None = None
@@ -102,8 +103,11 @@ class EngineMachine(GroupRules, RuleBasedStateMachine):
     def trial(self, op: ops.Op) -> str:
         """Run `op` and judge it exactly as `check` does, changing nothing of this history (the
         model, the ids learned, the transcript): the caller undoes the database side with a
-        savepoint. Returns the mismatch ("" when the engine agreed with the model)."""
-        real, _, _, problems = self._judge(op)
+        savepoint. Returns the mismatch ("" when the engine agreed with the model). `refused`
+        tells afterwards whether the engine refused the operation as the model expected (then
+        PostgreSQL rolled the call back: it wrote nothing)."""
+        real, agreed, _, problems = self._judge(op)
+        self.refused = not problems and agreed is None
         return f"{op.text}: the engine answered {real.text()}; " + " || ".join(problems) if problems else ""
 
     def _judge(self, op: ops.Op) -> tuple[Outcome, Model | None, dict[str, Any], list[str]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,12 @@ class Op:
 QUERY_CANCELED = "57014"  # statement_timeout: the oracle's liveness guard, a Timeout verdict
 
 
+RAISED: ContextVar[list[str] | None] = ContextVar("raised", default=None)
+"""While set to a list (the mutation reach oracle), every error an engine call raises adds its
+message and context there: the function it was refused or the frames it passed through, which no
+function statistics count."""
+
+
 def call(conn: Conn, fn: Callable[[], tuple[Outcome, Any]]) -> tuple[Outcome, Any]:
     """Run one engine call; an error becomes the model's error outcome (its SQLSTATE). Inside
     an open transaction (the single-session oracle) the call is a savepoint: a refusal undoes
@@ -85,6 +92,8 @@ def call(conn: Conn, fn: Callable[[], tuple[Outcome, Any]]) -> tuple[Outcome, An
     except FlowMismatch:
         return Outcome.error("mismatch"), None
     except psycopg.Error as exc:
+        if (raised := RAISED.get()) is not None:
+            raised.append(f"{exc.diag.message_primary or ''}\n{exc.diag.context or ''}")
         if exc.sqlstate == QUERY_CANCELED:
             raise OutOfTime(f"a statement ran past statement_timeout: {str(exc).splitlines()[0]}") from exc
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:

@@ -57,15 +57,19 @@ def _groups(m: EngineMachine) -> None:
     queue = m.model.flows["m1"].queues["A"]
     a_lo, a_hi = m.msg_ids.get((lo, "A")), m.msg_ids.get((hi, "A"))
     before = set(m.model.claims)
-    m.check(ops_groups.claim_all([(hi, "A", queue, a_hi, a_hi), (lo, "A", queue, (a_lo or 0) + 1000, a_lo),
-                                  (lo, "A", queue, a_lo, a_lo)], "one wrong id"))  # fmt: skip
+    # run order: lo granted, hi refused, hi granted: no item's answer may leak into the next one's
+    m.check(ops_groups.claim_all([(hi, "A", queue, (a_hi or 0) + 1000, a_hi), (lo, "A", queue, a_lo, a_lo),
+                                  (hi, "A", queue, a_hi, a_hi)], "one wrong id"))  # fmt: skip
     c_lo, c_hi = (next(c for c in m.model.claims if c not in before and m.model.claims[c].run == r) for r in (lo, hi))
     unknown = "00000000-0000-4000-8000-000000000000"
     m.check(ops_groups.settle_all([(c_hi, "done", {}), (unknown, "completed", {}), (c_lo, "completed", {"ok": 4}),
                                    (c_hi, "completed", {"ok": 5})], "refusals"))  # fmt: skip
     m.check(ops_groups.settle_all([(c_lo, "completed", {"ok": 4})], "replay"))
     m.check(ops_groups.reconcile_all([hi, lo], 0))  # DR008: the whole group refused
-    m.check(ops_groups.reconcile_all([hi, lo, hi], 8))  # dispatches both Bs; the duplicate is a no-op
+    # dispatches both Bs, the duplicate a no-op; unknown runs first and last in run order (DR014
+    # each, alone): a refusal's answer must not leak into a report, nor a report into a refusal
+    last = "ffffffff-ffff-4fff-bfff-ffffffffffff"
+    m.check(ops_groups.reconcile_all([hi, last, lo, unknown, hi], 8))
 
 
 def tour(m: EngineMachine, mode: str, probes: bool = True) -> None:

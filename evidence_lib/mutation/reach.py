@@ -5,12 +5,14 @@ PIT forks the test run at the mutated method; we fork the model's replay at the 
 The job's session runs the candidate's histories (the tour in both queue modes, then the seeded
 random histories) inside one transaction, every operation judged by the reference model as in the
 model check. Before an operation runs for real, it is tried on the candidate inside a savepoint:
-that trial tells which engine functions the operation reaches (`pg_stat_get_xact_function_calls`)
-and what state it leaves (a fingerprint of every engine and PGMQ table, timestamps masked and ids
-numbered in order of appearance). For every live mutant of a function it reaches, the same
-operation is tried again on the same state with the mutant's `create or replace` in a savepoint
-(PostgreSQL's DDL is transactional), judged by the model, and rolled back; sequences are set back
-after each trial, so every trial starts from exactly the candidate's state.
+that trial tells which engine functions the operation reaches (`pg_stat_get_xact_function_calls`,
+and for a call that raised, `callgraph`: the frames of its error, and what a function with an
+exception block may have called) and what state it leaves (a fingerprint of every engine and
+PGMQ table, timestamps masked and ids numbered in order of appearance). For every live mutant
+of a function it reaches, the same operation is tried again on the same state with the mutant's
+`create or replace` in a savepoint (PostgreSQL's DDL is transactional), judged by the model, and
+rolled back; sequences are set back after each trial, so every trial starts from exactly the
+candidate's state.
 
 - the model disagrees: Killed, by that operation (the transcript names it);
 - it agrees and the state equals the candidate's: the mutant changed nothing here; it stays live
@@ -38,9 +40,11 @@ from typing import Any
 
 import psycopg
 
+from evidence_lib.model import ops
 from evidence_lib.model.bench import OutOfTime
 from evidence_lib.model.check import check
 from evidence_lib.mutation.apply import MutantDoesNotCompile, apply_sql
+from evidence_lib.mutation.callgraph import call_graph
 from evidence_lib.mutation.mutant import Mutant, Verdict
 from evidence_lib.mutation.oracles import SEED, STATEMENT_TIMEOUT_MS, ModelOracle
 from evidence_lib.pg import db
@@ -165,6 +169,7 @@ class ReachOracle:
         self.whole: list[Mutant] = whole
         self.sequences: list[str] = []
         self.after_calls: dict[str, int] = {}
+        self.candidate_refused = False  # the candidate refused the operation being tried
         if self.live:
             conn.execute("begin")
             try:
@@ -236,9 +241,16 @@ class ReachOracle:
         try:
             self.sequences = [r[0] for r in self.conn.execute(SEQUENCES).fetchall()]
             values = self._sequence_values()
-            op.real(self.conn)  # the candidate: which functions it reaches and the state it leaves
-            reached = {f for f, n in _calls(self.conn).items() if n != now.get(f, 0)} & {
-                f for f, xs in self.live.items() if xs}  # fmt: skip
+            raised: list[str] = []
+            self.candidate_refused = False
+            token = ops.RAISED.set(raised)
+            try:
+                answer, _ = op.real(self.conn)  # the candidate: which functions it reaches, the state it leaves
+                self.candidate_refused = answer.kind == "error"
+            finally:
+                ops.RAISED.reset(token)
+            counted = {f for f, n in _calls(self.conn).items() if n != now.get(f, 0)}
+            reached = call_graph().reached(counted, raised) & {f for f, xs in self.live.items() if xs}
             if reached:
                 expected = fingerprint(self.conn)
                 self.stats.candidate_trials += 1
@@ -293,6 +305,8 @@ class ReachOracle:
                 return "killed", f"{type(exc).__name__}: {str(exc)[:400]}"
             if problem:
                 return "killed", problem
+            if history.refused and self.candidate_refused:  # both calls rolled back: neither wrote anything
+                return "same", ""
             return ("same", "") if fingerprint(self.conn) == expected else ("diverged", "")
         finally:
             self.conn.execute("rollback to savepoint reach_mutant")

@@ -1,0 +1,49 @@
+"""The reach oracle tries a mutant where its function refused, not only where it returned:
+PostgreSQL counts no call that raised, nor one an exception block rolled back, nor a call refused
+its privilege. Before `callgraph`, a guard removed from a group call, a loop variable no longer
+reset after an item that raised, and a grant given to the wrong role all came out Survived."""
+
+from __future__ import annotations
+
+from evidence_lib.mutation.callgraph import call_graph, raised_in
+from evidence_lib.mutation.mutant import Mutant, Verdict
+from evidence_lib.mutation.reach import ReachOracle
+from evidence_lib.mutation.registry import generated
+from evidence_lib.pg.db import Server
+
+
+def _one(obj: str, operator: str, text: str = "") -> Mutant:
+    return next(m for m in generated().mutants if m.obj == obj and m.operator == operator and text in m.patch)
+
+
+def test_an_error_names_the_functions_it_passed_through() -> None:
+    context = ("PL/pgSQL function engine.v2_claim(uuid,text,text,bigint[]) line 40 at RAISE\n"
+               "SQL statement \"select g.* from engine.v2_claim(...)\"\n"
+               "PL/pgSQL function engine.v2_claim_all(uuid[],text[],text[],bigint[]) line 25 at SQL statement\n"
+               'SQL function "_task_input" statement 1')  # fmt: skip
+    assert raised_in([context]) == {"v2_claim", "v2_claim_all", "_task_input"}
+    assert raised_in(["permission denied for function v2_settle_all\n"]) == {"v2_settle_all"}
+    assert raised_in(["duplicate key value violates unique constraint\n"]) == set()
+
+
+def test_what_an_exception_block_may_have_swallowed_counts_as_reached() -> None:
+    graph = call_graph()
+    assert {"v2_claim_all", "v2_settle_all", "v2_reconcile_all", "v2_reconcile"} <= graph.swallowing
+    assert {"v2_claim", "_hook"} <= graph.reached(["v2_claim_all"], [])
+    assert "v2_claim" not in graph.reached(["v2_settle"], [])  # no exception block: only what ran
+
+
+def test_refusals_reach_their_guards(server: Server, template_db: str) -> None:
+    mutants = [
+        _one("function engine.v2_claim_all", "ConditionToFalse"),  # the DR008 guard gone
+        _one("function engine.v2_claim_all", "V_grantDeleted"),  # a grant leaks into a refusal
+        _one("function engine.v2_reconcile_all", "V_stateDeleted"),  # a refusal leaks into a report
+    ]
+    grant = next(m for m in generated().mutants if m.family == "privilege" and "v2_claim_all" in m.patch
+                 and m.operator == "GrantedToOtherRole")  # fmt: skip
+    verdicts: dict[str, Verdict] = {}
+    stats = ReachOracle(server, template_db, [*mutants, grant], verdicts.__setitem__, examples=0).run()
+    assert stats.candidate_agrees, stats.candidate_problem
+    for mutant in [*mutants, grant]:
+        verdict = verdicts[mutant.id]
+        assert verdict.status == "Killed" and verdict.by == "model: the reach oracle", (mutant.operator, verdict)
