@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from evidence_lib.mutation.callgraph import call_graph, raised_in
 from evidence_lib.mutation.mutant import Mutant, Verdict
+from evidence_lib.mutation.oracles import ModelOracle
 from evidence_lib.mutation.reach import ReachOracle
 from evidence_lib.mutation.registry import generated
 from evidence_lib.pg.db import Server
@@ -47,3 +48,24 @@ def test_refusals_reach_their_guards(server: Server, template_db: str) -> None:
     for mutant in [*mutants, grant]:
         verdict = verdicts[mutant.id]
         assert verdict.status == "Killed" and verdict.by == "model: the reach oracle", (mutant.operator, verdict)
+
+
+def test_a_trial_that_leaves_another_state_replays_only_its_own_history(server: Server, template_db: str) -> None:
+    """Two mutants of v2_reconcile agree with the model in the flow tour but leave another state
+    there: only the flow tour is replayed with each (not every history), one is killed by that
+    replay, the other agrees and is tried again from the next history on; the whole replay gives
+    the same statuses."""
+    by_id = {m.id: m for m in generated().mutants}
+    killed, agrees = by_id.get("7d40ab09d4bb"), by_id.get("ac46dbd9768c")
+    assert killed is not None and agrees is not None, "v2_reconcile changed: pick two mutants that diverge again"
+    verdicts: dict[str, Verdict] = {}
+    stats = ReachOracle(server, template_db, [killed, agrees], verdicts.__setitem__, examples=0).run()
+    assert stats.candidate_agrees, stats.candidate_problem
+    assert (stats.replayed, stats.replayed_parts) == (0, 2), stats
+    assert (verdicts[killed.id].status, verdicts[killed.id].by) == ("Killed", "model: the tour"), verdicts[killed.id]
+    assert verdicts[agrees.id].status == "Survived" and "tour:flow" in verdicts[agrees.id].detail, verdicts[agrees.id]
+    whole = ModelOracle(server, template_db, examples=0, tag="rw")
+    try:
+        assert [whole.judge(m).status for m in (killed, agrees)] == ["Killed", "Survived"]
+    finally:
+        whole.close()

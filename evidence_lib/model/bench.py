@@ -40,6 +40,7 @@ class Bench:
     server: Server
     template: str
     histories: int = 0
+    phase: str = ""  # what the current history is: "tour:flow", "tour:step" or "random"
     steps: int = 0
     coverage: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (state, operation, answer)
     last_transcript: list[str] = field(default_factory=list)

@@ -48,6 +48,7 @@ def run_tour(machine: type[EngineMachine], modes: tuple[str, ...] = ("flow", "st
     """The scripted tour in each queue mode; the first disagreement, if any."""
     ensure_nobody(machine.bench.server)  # the role probe's role, committed before the first history
     for mode in modes:
+        machine.bench.phase = f"tour:{mode}"
         m = machine()
         try:
             tour(m, mode)
@@ -116,6 +117,7 @@ def _check(
         result.seconds = time.perf_counter() - started
         return result
     # at least half the steps: short histories rarely reach B, takeovers or attention
+    bench.phase = "random"
     test = hypothesis.seed(seed)(get_state_machine_test(machine, settings=settings, _min_steps=steps // 2))
     limit = engine.MAX_SHRINKING_SECONDS
     engine.MAX_SHRINKING_SECONDS = SHRINK_SECONDS

@@ -31,6 +31,7 @@ from evidence_lib.pg.db import Conn, Server, connect
 SEED = 20261204
 TIMEOUT_FACTOR = 1.5  # PIT: timeoutFactor
 TIMEOUT_CONSTANT = 3.0  # PIT: timeoutConst (seconds)
+ALL, RANDOM = "all", "random"  # the parts of the model's histories ModelOracle.judge can run
 STATEMENT_TIMEOUT_MS = 2000  # no statement of the model's histories takes a tenth of this
 
 
@@ -49,21 +50,35 @@ class ModelOracle:
         self.url = db.create_database(server, self.name, template=candidate)
         self.conn: Conn = connect(self.url, application_name="mutation_model_oracle")
         self.baseline = 0.0
+        self.baselines: dict[str, float] = {}  # part -> the candidate's time for it
 
     def close(self) -> None:
         self.conn.close()
         db.drop_database(self.server, self.name)
 
-    def _run(self, deadline: float | None) -> CheckResult:
-        return check(self.server, self.candidate, examples=self.examples, steps=self.steps, seed=self.seed,
-                     shrink=False, conn=self.conn, deadline=deadline)  # fmt: skip
+    def _run(self, deadline: float | None, part: str = ALL) -> CheckResult:
+        """The histories of `part`: ALL, one tour ("tour:flow", "tour:step") or RANDOM (the seeded
+        random histories without the tour)."""
+        modes: tuple[str, ...] = ("flow", "step")
+        tour_first, examples = True, self.examples
+        if part.startswith("tour:"):
+            examples, modes = 0, (part.removeprefix("tour:"),)
+        elif part == RANDOM:
+            tour_first = False
+        elif part != ALL:
+            raise ValueError(f"unknown part of the model's histories: {part!r}")
+        return check(self.server, self.candidate, examples=examples, steps=self.steps, seed=self.seed,
+                     shrink=False, conn=self.conn, deadline=deadline, tour_first=tour_first,
+                     modes=modes)  # fmt: skip
 
-    def calibrate(self) -> CheckResult:
+    def calibrate(self, part: str = ALL) -> CheckResult:
         """Run the candidate through the oracle (it must agree) and time it for the deadline."""
         started = time.perf_counter()
         with self._transaction():
-            result = self._run(None)
-        self.baseline = time.perf_counter() - started
+            result = self._run(None, part)
+        self.baselines[part] = time.perf_counter() - started
+        if part == ALL:
+            self.baseline = self.baselines[part]
         return result
 
     def calls(self) -> tuple[dict[str, int], float]:
@@ -87,9 +102,11 @@ class ModelOracle:
         finally:
             self.conn.execute("rollback")
 
-    def judge(self, mutant: Mutant, factor: float = 1.0) -> Verdict:
-        """Every history with `mutant` applied from the start; `factor` stretches the deadline
-        and the statement timeout (a Timeout is tried once more with twice the time)."""
+    def judge(self, mutant: Mutant, factor: float = 1.0, part: str = ALL) -> Verdict:
+        """Every history of `part` with `mutant` applied from the start; `factor` stretches the
+        deadline and the statement timeout (a Timeout is tried once more with twice the time)."""
+        if part not in self.baselines:
+            self.calibrate(part)
         started = time.perf_counter()
         with self._transaction():
             if factor != 1.0:
@@ -98,7 +115,7 @@ class ModelOracle:
                 apply_sql(self.conn, mutant)
             except MutantDoesNotCompile as exc:
                 return Verdict("CompileError", "the server", str(exc), time.perf_counter() - started)
-            result = self._run(time.monotonic() + deadline_for(self.baseline, TIMEOUT_FACTOR * factor))
+            result = self._run(time.monotonic() + deadline_for(self.baselines[part], TIMEOUT_FACTOR * factor), part)
         seconds = time.perf_counter() - started
         if result.out_of_time:
             return Verdict("Timeout", "model", result.out_of_time, seconds)
@@ -107,7 +124,8 @@ class ModelOracle:
             by = "model: the tour" if result.tour else f"model: a random history (seed {self.seed})"
             step = found.transcript[-1] if found.transcript else ""
             return Verdict("Killed", by, f"{step} :: {found.error}"[:600], seconds)
-        return Verdict("Survived", "model", "every history agreed with the model", seconds)
+        what = "every history" if part == ALL else f"every history of {part}"
+        return Verdict("Survived", "model", f"{what} agreed with the model", seconds)
 
 
 def _target(covered: Covered) -> Target:

@@ -18,8 +18,10 @@ candidate's state.
 - it agrees and the state equals the candidate's: the mutant changed nothing here; it stays live
   and is tried again at the next operation that reaches its function;
 - it agrees but the state differs (a difference the model does not see, or a timing it accepts
-  either way): later operations could tell, so the mutant is judged by the whole replay instead
-  (`ModelOracle.judge`, every history with the mutant applied from the start);
+  either way): later operations could tell, so the history it happened in is replayed with the
+  mutant applied from its start (`ModelOracle.judge` of that part: one mode's tour, or the random
+  histories); the histories before it were the candidate's under the mutant, the ones after it
+  start from the template again. A mutant that agrees there is tried again from the next history;
 - a statement runs past its timeout: tried once more with twice the limit, then Timeout, naming
   the operation it was running.
 
@@ -46,7 +48,7 @@ from evidence_lib.model.check import check
 from evidence_lib.mutation.apply import MutantDoesNotCompile, apply_sql
 from evidence_lib.mutation.callgraph import call_graph
 from evidence_lib.mutation.mutant import Mutant, Verdict
-from evidence_lib.mutation.oracles import SEED, STATEMENT_TIMEOUT_MS, ModelOracle
+from evidence_lib.mutation.oracles import ALL, RANDOM, SEED, STATEMENT_TIMEOUT_MS, ModelOracle
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Conn, Server
 
@@ -114,6 +116,8 @@ def fingerprint(conn: Conn) -> str:
 class _Live:
     mutant: Mutant
     trials: int = 0
+    resume_after: int = 0  # not tried until the bench's history count passes this (a diverged history)
+    replayed: list[str] = field(default_factory=list)  # the parts of the histories replayed whole
 
 
 @dataclass
@@ -124,6 +128,7 @@ class ReachStats:
     trials: int = 0
     candidate_trials: int = 0
     replayed: int = 0  # mutants sent to the whole replay
+    replayed_parts: int = 0  # replays of one part of the histories (the tour of one mode, or the random ones)
     seconds: float = 0.0
     candidate_agrees: bool = True
     candidate_problem: str = ""
@@ -170,6 +175,17 @@ class ReachOracle:
         self.sequences: list[str] = []
         self.after_calls: dict[str, int] = {}
         self.candidate_refused = False  # the candidate refused the operation being tried
+        self.oracle: ModelOracle | None = None  # the whole replay's, made when first needed
+        try:
+            self._reach()
+            if self.whole:
+                self._replay_whole(self.whole)
+        finally:
+            if self.oracle is not None:
+                self.oracle.close()
+
+    def _reach(self) -> None:
+        conn = self.conn
         if self.live:
             conn.execute("begin")
             try:
@@ -186,17 +202,17 @@ class ReachOracle:
             for function, lives in self.live.items():
                 for live in lives:
                     if live.trials:
+                        replayed = f"; the state differed after an operation of {', '.join(live.replayed)}, and " \
+                            "those histories replayed with the mutant agreed too" if live.replayed else ""
                         self.report(live.mutant.id, Verdict(
                             "Survived", "model",
                             f"agreed with the model at all {live.trials} operations that reach it, leaving the "
-                            "candidate's state"))  # fmt: skip
+                            f"candidate's state{replayed}"))  # fmt: skip
                     elif function in inlined:  # PostgreSQL may inline it: its calls are not counted
                         self.whole.append(live.mutant)
                     else:
                         self.report(live.mutant.id, Verdict("NoCoverage", "model",
                                                             "no operation of the model reaches it"))  # fmt: skip
-        if self.whole:
-            self._replay_whole(self.whole)
 
     def _compiling(self, conn: Conn) -> Iterator[Mutant]:
         """The mutants whose patch the server accepts (each tried in a transaction that rolls back)."""
@@ -211,19 +227,38 @@ class ReachOracle:
                 conn.execute("rollback")
             yield mutant
 
+    def _replay(self, mutant: Mutant, part: str) -> Verdict:
+        """The histories of `part` with `mutant` applied from their start, on the oracle's own
+        database (this session's transaction stays as it is)."""
+        if self.oracle is None:
+            self.oracle = ModelOracle(self.server, self.candidate, examples=self.examples, seed=self.seed,
+                                      tag=f"{self.tag}w")  # fmt: skip
+        verdict = self.oracle.judge(mutant, part=part)
+        if verdict.status == "Timeout":  # once more with twice the time: a loaded machine is not a defect
+            verdict = self.oracle.judge(mutant, factor=2.0, part=part)
+        return verdict
+
     def _replay_whole(self, mutants: list[Mutant]) -> None:
-        oracle = ModelOracle(self.server, self.candidate, examples=self.examples, seed=self.seed,
-                             tag=f"{self.tag}w")  # fmt: skip
-        try:
-            oracle.calibrate()
-            for mutant in mutants:
-                self.stats.replayed += 1
-                verdict = oracle.judge(mutant)
-                if verdict.status == "Timeout":  # once more with twice the time: a loaded machine is not a defect
-                    verdict = oracle.judge(mutant, factor=2.0)
-                self.report(mutant.id, verdict)
-        finally:
-            oracle.close()
+        for mutant in mutants:
+            self.stats.replayed += 1
+            self.report(mutant.id, self._replay(mutant, ALL))
+
+    def _replay_part(self, history: Any, live: _Live) -> None:
+        """A mutant that agreed with the model but left another state: every history before this
+        one was the candidate's under it too (each trial left the candidate's state), and the ones
+        after it start from the template again, so only this history needs the mutant from its
+        start: one mode's tour, or the random histories. A mutant that agrees there is tried again
+        from the next history on."""
+        phase = history.bench.phase
+        part = phase if phase.startswith("tour:") or phase == RANDOM else ALL
+        self.stats.replayed_parts += 1
+        verdict = self._replay(live.mutant, part)
+        if verdict.status == "Survived" and part.startswith("tour:"):
+            live.replayed.append(part)
+            live.resume_after = history.bench.histories
+            return
+        self.live[live.mutant.functions[0]].remove(live)
+        self.report(live.mutant.id, verdict)
 
     # -- the observer (model.bench.Observer) -------------------------------------------------
 
@@ -233,7 +268,8 @@ class ReachOracle:
         outside = {f for f, n in now.items() if n != self.after_calls.get(f, 0)}
         for function in outside & set(self.live):  # reached between operations: no single operation to try
             self._to_whole(function)
-        if not any(self.live.values()):
+        active = {f: [x for x in xs if x.resume_after < history.bench.histories] for f, xs in self.live.items()}
+        if not any(active.values()):
             return
         self.conn.execute("savepoint reach_candidate")
         values: list[tuple[str, int, bool]] = []
@@ -250,7 +286,7 @@ class ReachOracle:
             finally:
                 ops.RAISED.reset(token)
             counted = {f for f, n in _calls(self.conn).items() if n != now.get(f, 0)}
-            reached = call_graph().reached(counted, raised) & {f for f, xs in self.live.items() if xs}
+            reached = call_graph().reached(counted, raised) & {f for f, xs in active.items() if xs}
             if reached:
                 expected = fingerprint(self.conn)
                 self.stats.candidate_trials += 1
@@ -261,7 +297,7 @@ class ReachOracle:
             self.conn.execute("release savepoint reach_candidate")
             self._reset(values)
         for function in sorted(reached):
-            for live in list(self.live[function]):
+            for live in active[function]:
                 self._try(history, op, live, expected, values)
 
     def after(self, history: Any, op: Any) -> None:
@@ -279,6 +315,9 @@ class ReachOracle:
         kind, detail = outcome
         if kind == "same":
             return
+        if kind == "diverged":  # the model agrees, the state differs: only a replay of this history can tell
+            self._replay_part(history, live)
+            return
         self.live[live.mutant.functions[0]].remove(live)
         if kind == "killed":
             self.report(live.mutant.id, Verdict("Killed", "model: the reach oracle", f"{where}: {detail}"[:600]))
@@ -286,8 +325,6 @@ class ReachOracle:
             self.report(live.mutant.id, Verdict(
                 "Timeout", "model: the reach oracle",
                 f"{where} ran past statement_timeout ({STATEMENT_TIMEOUT_MS} ms, then twice that): {detail}"[:600]))
-        else:  # diverged: the model agrees, the state differs; only the whole replay can tell
-            self.whole.append(live.mutant)
 
     def _trial(self, history: Any, op: Any, mutant: Mutant, expected: str, values: list[tuple[str, int, bool]],
                timeout_ms: int) -> tuple[str, str]:  # fmt: skip
