@@ -5,11 +5,14 @@ reset after an item that raised, and a grant given to the wrong role all came ou
 
 from __future__ import annotations
 
+import psycopg
+
 from evidence_lib.mutation.callgraph import call_graph, raised_in
 from evidence_lib.mutation.mutant import Mutant, Verdict
 from evidence_lib.mutation.oracles import ModelOracle
 from evidence_lib.mutation.reach import ReachOracle
 from evidence_lib.mutation.registry import generated
+from evidence_lib.mutation.states import touches, written
 from evidence_lib.pg.db import Server
 
 
@@ -69,3 +72,19 @@ def test_a_trial_that_leaves_another_state_replays_only_its_own_history(server: 
         assert [whole.judge(m).status for m in (killed, agrees)] == ["Killed", "Survived"]
     finally:
         whole.close()
+
+
+def test_a_table_written_in_a_rolled_back_savepoint_counts_as_written(db_url: str) -> None:
+    """The comparison of states reads only the tables either run wrote: PostgreSQL must count
+    the rows of a savepoint that was rolled back, and a table nobody wrote must not count."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("set track_counts = on")
+        conn.execute("begin")
+        before = touches(conn)
+        conn.execute("savepoint s")
+        conn.execute("select engine.create_flow('touched')")
+        conn.execute("rollback to savepoint s")
+        after = touches(conn)
+        assert "engine.flows" in written(before, after)
+        assert written(after, touches(conn)) == set()
+        conn.execute("rollback")

@@ -7,12 +7,13 @@ random histories) inside one transaction, every operation judged by the referenc
 model check. Before an operation runs for real, it is tried on the candidate inside a savepoint:
 that trial tells which engine functions the operation reaches (`pg_stat_get_xact_function_calls`,
 and for a call that raised, `callgraph`: the frames of its error, and what a function with an
-exception block may have called) and what state it leaves (a fingerprint of every engine and
-PGMQ table, timestamps masked and ids numbered in order of appearance). For every live mutant
+exception block may have called) and what state it leaves (a digest of every engine and PGMQ
+table, timestamps and uuids masked). For every live mutant
 of a function it reaches, the same operation is tried again on the same state with the mutant's
 `create or replace` in a savepoint (PostgreSQL's DDL is transactional), judged by the model, and
 rolled back; sequences are set back after each trial, so every trial starts from exactly the
-candidate's state.
+candidate's state. A mutant's state is compared with the candidate's only in the tables either
+run wrote (PostgreSQL's per-transaction row counts, `touches`): the others are what they were.
 
 - the model disagrees: Killed, by that operation (the transcript names it);
 - it agrees and the state equals the candidate's: the mutant changed nothing here; it stays live
@@ -49,6 +50,7 @@ from evidence_lib.mutation.apply import MutantDoesNotCompile, apply_sql
 from evidence_lib.mutation.callgraph import call_graph
 from evidence_lib.mutation.mutant import Mutant, Verdict
 from evidence_lib.mutation.oracles import ALL, RANDOM, SEED, STATEMENT_TIMEOUT_MS, ModelOracle
+from evidence_lib.mutation.states import Touches, digests, touches, written
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Conn, Server
 
@@ -56,18 +58,6 @@ CALLS = """
 select p.proname, pg_catalog.pg_stat_get_xact_function_calls(p.oid)
   from pg_catalog.pg_proc as p join pg_catalog.pg_namespace as n on n.oid = p.pronamespace
  where n.nspname = 'engine'
-"""
-TABLES = """
-select c.oid::regclass::text,
-       coalesce(array_agg(a.attname::text order by a.attnum)
-                  filter (where t.typname in ('timestamptz', 'timestamp', 'date')), '{}')
-  from pg_catalog.pg_class as c
-  join pg_catalog.pg_namespace as n on n.oid = c.relnamespace
-  join pg_catalog.pg_attribute as a on a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
-  join pg_catalog.pg_type as t on t.oid = a.atttypid
- where n.nspname in ('engine', 'pgmq') and c.relkind in ('r', 'p')
- group by c.oid
- order by 1
 """
 SEQUENCES = """
 select c.oid::regclass::text
@@ -86,30 +76,6 @@ Report = Callable[[str, Verdict], None]
 
 def _calls(conn: Conn) -> dict[str, int]:
     return {str(name): int(n) for name, n in conn.execute(CALLS).fetchall() if n}
-
-
-UUID_PATTERN = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-
-
-def fingerprint(conn: Conn) -> str:
-    """Every row of every engine and PGMQ table with its timestamps left out (the model judges
-    them, in windows) and its uuids masked (the model judges which row points at which): equal
-    for two states that differ only by when they were made and by the random ids they drew. One
-    digest per table, computed by the server in one round trip."""
-    tables = conn.execute(TABLES).fetchall()
-    if not tables:
-        return ""
-    parts = [
-        psycopg.sql.SQL(
-            "select {name}::text, count(*), md5(coalesce(string_agg(r.masked, '|' order by r.masked), ''))"
-            " from (select regexp_replace((to_jsonb(t) - {masked}::text[])::text, {uuid}, '-', 'g') as masked"
-            " from {table} as t) as r"
-        ).format(name=psycopg.sql.Literal(name), masked=psycopg.sql.Literal(list(masked)),
-                 uuid=psycopg.sql.Literal(UUID_PATTERN), table=psycopg.sql.SQL(name))
-        for name, masked in tables
-    ]
-    rows = conn.execute(psycopg.sql.SQL(" union all ").join(parts)).fetchall()
-    return "\n".join(sorted(f"{t} {n} {h}" for t, n, h in rows))
 
 
 @dataclass
@@ -164,6 +130,7 @@ class ReachOracle:
     def _judge(self, conn: Conn) -> None:
         self.conn = conn
         conn.execute("set track_functions = 'all'")
+        conn.execute("set track_counts = on")  # `touches` reads the rows written per table
         self.live: dict[str, list[_Live]] = {}
         whole: list[Mutant] = []
         for mutant in self._compiling(conn):
@@ -175,6 +142,8 @@ class ReachOracle:
         self.sequences: list[str] = []
         self.after_calls: dict[str, int] = {}
         self.candidate_refused = False  # the candidate refused the operation being tried
+        self.candidate_wrote: set[str] = set()  # the tables the candidate's run of the operation wrote
+        self.tables: set[str] = set()  # the tables after it
         self.oracle: ModelOracle | None = None  # the whole replay's, made when first needed
         try:
             self._reach()
@@ -273,13 +242,15 @@ class ReachOracle:
             return
         self.conn.execute("savepoint reach_candidate")
         values: list[tuple[str, int, bool]] = []
-        expected, reached = "", set[str]()
+        expected: dict[str, str] = {}
+        reached = set[str]()
         try:
             self.sequences = [r[0] for r in self.conn.execute(SEQUENCES).fetchall()]
             values = self._sequence_values()
             raised: list[str] = []
             self.candidate_refused = False
             token = ops.RAISED.set(raised)
+            before_op = touches(self.conn)
             try:
                 answer, _ = op.real(self.conn)  # the candidate: which functions it reaches, the state it leaves
                 self.candidate_refused = answer.kind == "error"
@@ -288,7 +259,9 @@ class ReachOracle:
             counted = {f for f, n in _calls(self.conn).items() if n != now.get(f, 0)}
             reached = call_graph().reached(counted, raised) & {f for f, xs in active.items() if xs}
             if reached:
-                expected = fingerprint(self.conn)
+                after_op = touches(self.conn)
+                self.candidate_wrote, self.tables = written(before_op, after_op), set(after_op)
+                expected = digests(self.conn)
                 self.stats.candidate_trials += 1
         except OutOfTime:
             reached = set()  # the candidate itself runs out of time here: the real run reports it
@@ -305,7 +278,8 @@ class ReachOracle:
 
     # -- one trial --------------------------------------------------------------------------
 
-    def _try(self, history: Any, op: Any, live: _Live, expected: str, values: list[tuple[str, int, bool]]) -> None:
+    def _try(self, history: Any, op: Any, live: _Live, expected: dict[str, str],
+             values: list[tuple[str, int, bool]]) -> None:  # fmt: skip
         live.trials += 1
         self.stats.trials += 1
         where = f"operation {self.stats.operations} ({op.text[:120]})"
@@ -326,12 +300,13 @@ class ReachOracle:
                 "Timeout", "model: the reach oracle",
                 f"{where} ran past statement_timeout ({STATEMENT_TIMEOUT_MS} ms, then twice that): {detail}"[:600]))
 
-    def _trial(self, history: Any, op: Any, mutant: Mutant, expected: str, values: list[tuple[str, int, bool]],
-               timeout_ms: int) -> tuple[str, str]:  # fmt: skip
+    def _trial(self, history: Any, op: Any, mutant: Mutant, expected: dict[str, str],
+               values: list[tuple[str, int, bool]], timeout_ms: int) -> tuple[str, str]:  # fmt: skip
         self.conn.execute("savepoint reach_mutant")
         try:
             self.conn.execute(f"set local statement_timeout = {timeout_ms}")
             apply_sql(self.conn, mutant)
+            before_op = touches(self.conn)
             try:
                 problem = history.trial(op)
             except OutOfTime as exc:
@@ -344,12 +319,22 @@ class ReachOracle:
                 return "killed", problem
             if history.refused and self.candidate_refused:  # both calls rolled back: neither wrote anything
                 return "same", ""
-            return ("same", "") if fingerprint(self.conn) == expected else ("diverged", "")
+            return ("same", "") if self._same_state(before_op, expected) else ("diverged", "")
         finally:
             self.conn.execute("rollback to savepoint reach_mutant")
             self.conn.execute("release savepoint reach_mutant")
             self.conn.execute(f"set local statement_timeout = {STATEMENT_TIMEOUT_MS}")
             self._reset(values)
+
+    def _same_state(self, before_op: Touches, expected: dict[str, str]) -> bool:
+        """The state the mutant's operation left equals the candidate's: the same tables, and every
+        table either of them wrote has the same digest (one neither wrote is what it was before
+        both, so it is equal without being read)."""
+        after_op = touches(self.conn)
+        if set(after_op) != self.tables:
+            return False
+        either = written(before_op, after_op) | self.candidate_wrote
+        return all(expected.get(t) == d for t, d in digests(self.conn, either).items())
 
     def _sequence_values(self) -> list[tuple[str, int, bool]]:
         if not self.sequences:
