@@ -88,3 +88,14 @@ def test_a_table_written_in_a_rolled_back_savepoint_counts_as_written(db_url: st
         assert "engine.flows" in written(before, after)
         assert written(after, touches(conn)) == set()
         conn.execute("rollback")
+
+
+def test_a_replay_where_the_candidate_is_red_kills_nothing(server: Server, template_db: str) -> None:
+    """A part of the histories the candidate itself fails cannot kill a mutant: RuntimeError."""
+    oracle = ModelOracle(server, template_db, examples=0, tag="red")
+    try:
+        oracle.baselines["tour:step"], oracle.candidate_passed["tour:step"] = 1.0, False
+        verdict = oracle.judge(_one("function engine.v2_claim_all", "ConditionToFalse"), part="tour:step")
+        assert verdict.status == "RuntimeError" and "candidate itself is red" in verdict.detail, verdict
+    finally:
+        oracle.close()

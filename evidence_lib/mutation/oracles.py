@@ -51,6 +51,7 @@ class ModelOracle:
         self.conn: Conn = connect(self.url, application_name="mutation_model_oracle")
         self.baseline = 0.0
         self.baselines: dict[str, float] = {}  # part -> the candidate's time for it
+        self.candidate_passed: dict[str, bool] = {}  # part -> the candidate agreed with the model there
 
     def close(self) -> None:
         self.conn.close()
@@ -106,7 +107,9 @@ class ModelOracle:
         """Every history of `part` with `mutant` applied from the start; `factor` stretches the
         deadline and the statement timeout (a Timeout is tried once more with twice the time)."""
         if part not in self.baselines:
-            self.calibrate(part)
+            self.candidate_passed[part] = self.calibrate(part).passed
+        if not self.candidate_passed.get(part, True):  # a red part on the candidate kills nothing
+            return Verdict("RuntimeError", "model", f"the candidate itself is red in the histories of {part}", 0.0)
         started = time.perf_counter()
         with self._transaction():
             if factor != 1.0:
