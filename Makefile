@@ -86,8 +86,8 @@ example: $(STAMP) ## run the moderation example end to end (plain flow, then pri
 bench: $(STAMP) ## benchmark: raw PGMQ vs the engine on one server, one run
 	$(BIN)/python -m evidence_lib bench
 
-mutation: $(STAMP) ## the full mutation sweep into outputs/mutation-*/ (JOBS=2 SINCE=origin/main SHARD=1/4 OBJECTS=v2_claim)
-	$(BIN)/python -m evidence_lib mutation --jobs $(JOBS) $(if $(SINCE),--since $(SINCE)) $(if $(SHARD),--shard $(SHARD)) $(if $(OBJECTS),--objects $(OBJECTS))
+mutation: $(STAMP) ## the full mutation sweep into outputs/mutation-*/ (JOBS=2 PART_JOBS=4 SINCE=origin/main SHARD=1/4 OBJECTS=v2_claim)
+	$(BIN)/python -m evidence_lib mutation --jobs $(JOBS) $(if $(PART_JOBS),--part-jobs $(PART_JOBS)) $(if $(SINCE),--since $(SINCE)) $(if $(SHARD),--shard $(SHARD)) $(if $(OBJECTS),--objects $(OBJECTS))
 
 merge: $(STAMP) ## merge shards into one: evidence bundles (SHARDS="outputs/a outputs/b", OUT optional) or mutation reports (OUT required)
 	@test -n "$(SHARDS)" || { echo "usage: make merge SHARDS=\"<shard folders>\" [OUT=<folder>]"; exit 2; }

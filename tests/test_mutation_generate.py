@@ -4,11 +4,13 @@ de-duplicated mutants of every family (no database needed)."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import pytest
 from pglast import parse_plpgsql
 from pglast.parser import fingerprint
 
+from evidence_lib.mutation.envelope import frozen_values, same_frozen_value
 from evidence_lib.mutation.generate import SQL_FAMILIES, normalized_source, sql_mutants
 from evidence_lib.mutation.plpgsql import read
 from evidence_lib.mutation.pysource import PY_FAMILIES, python_mutants, sql_constants
@@ -76,6 +78,30 @@ def test_equivalent_mutants_are_dropped_before_running(generated) -> None:  # ty
     assert any(m.operator == "IntervalToZero" and "prune_data_older_than" in m.obj for m in generated.equivalent)
     assert not any(m.operator == "IntervalToZero" and "prune_data_older_than" in m.obj and "retention" in m.original
                    for m in generated.mutants)  # fmt: skip
+
+
+def test_fields_of_the_frozen_envelope_with_one_value_are_dropped(generated) -> None:  # type: ignore[no-untyped-def]
+    values = frozen_values(engine())
+    assert values["max_attempts"] == values["takeovers_per_task"] == 1 and values["steps"] == 2
+    assert generated.frozen_equal, "swaps of two limits that hold the same value are dropped"
+    for m in generated.frozen_equal:
+        a, b = m.operator.removeprefix("v_limits.").split("Tov_limits.")
+        assert values[a] == values[b], m.operator
+    kept = {m.operator for m in generated.mutants if m.operator.startswith("v_limits.")}
+    assert "v_limits.max_attemptsTov_limits.steps" in kept  # different values: a real mutant
+    assert "v_limits.max_attemptsTov_limits.takeovers_per_task" not in kept
+
+
+def test_an_envelope_variable_assigned_again_is_not_frozen() -> None:
+    fn = engine().function("v2_take_over")
+    body = read(fn)
+    op = "v_limits.max_attemptsTov_limits.takeovers_per_task"
+    assert same_frozen_value(fn, body.variables, op, engine())
+    text = fn.text
+    begin = text.index("\nbegin", text.index("v_limits")) + len("\nbegin")
+    assigned = text[:begin] + "\n  v_limits := engine._v2_envelope();" + text[begin:]
+    again = dataclasses.replace(fn, text=assigned, body_end=fn.body_end + len(assigned) - len(fn.text))
+    assert not same_frozen_value(again, read(again).variables, op, engine())
 
 
 def test_the_worker_code_gets_the_python_families_and_its_sql_the_sql_families() -> None:

@@ -199,3 +199,22 @@ def test_a_run_resumes_from_its_journal_and_merge_refuses_an_incomplete_set(
     assert len(err) == 1 and "a shard is missing" in err[0] and not (out / "mutation.json").exists()
     with pytest.raises(report.BadReport, match="appears in two shards"):
         report.merge([reports[0], reports[0], reports[1], reports[2]])
+
+
+def test_a_run_stopped_in_the_parts_phase_resumes_without_the_model(server: Server, template_db: str,
+                                                                    tmp_path: Path) -> None:  # fmt: skip
+    """The model's verdict on a mutant it leaves alive is journaled; a resumed run goes straight
+    to the parts with it (the model's histories are not replayed for it)."""
+    settings = sweep.Settings(objects=SMALL, examples=1, history=None, parts_oracle=False, journal=tmp_path / "j")
+    first = sweep.run(server, template_db, "testrev", settings)
+    assert first.reach, "the first run replayed the model's histories"
+    journal = tmp_path / "j" / "journal.jsonl"
+    header, *lines = journal.read_text().splitlines()
+    ids = sorted({json.loads(line)["id"] for line in lines})
+    planted = [json.dumps({"id": i, "status": "Survived", "by": "model", "detail": "planted", "seconds": 0.0,
+                           "stage": "model"}) for i in ids]  # fmt: skip
+    journal.write_text("\n".join([header, *planted]) + "\n")  # stopped after the model phase
+    again = sweep.run(server, template_db, "testrev", settings)
+    assert not again.reach, "no history was replayed"
+    assert {o.mutant.id for o in again.outcomes} == set(ids)
+    assert all(o.verdict.detail == "planted" for o in again.outcomes)

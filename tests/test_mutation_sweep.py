@@ -98,6 +98,7 @@ def test_the_report_validates_against_the_shared_schema(server: Server, template
         (["mutation", "--shard", "two"], "--shard"),
         (["mutation", "--since", "no-such-revision"], "no such revision"),
         (["mutation", "--jobs", "0"], "--jobs"),
+        (["mutation", "--part-jobs", "-1"], "--part-jobs"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_code_2(

@@ -34,6 +34,8 @@ def revision() -> str:
 def settings(args: argparse.Namespace, out: Path | None = None) -> Settings:
     if args.jobs < 1:
         raise select.BadSelection(f"--jobs {args.jobs}: at least 1")
+    if args.part_jobs < 0:
+        raise select.BadSelection(f"--part-jobs {args.part_jobs}: at least 1 (or 0: twice --jobs)")
     return Settings(
         jobs=args.jobs,
         since=args.since,
@@ -45,6 +47,7 @@ def settings(args: argparse.Namespace, out: Path | None = None) -> Settings:
         history=None if args.no_history else Path(args.history) if args.history else DEFAULT,
         journal=out,
         parts_budget=args.parts_budget,
+        part_jobs=args.part_jobs,
     )
 
 
@@ -52,9 +55,7 @@ def write(sweep: Sweep, out: Path) -> dict[str, Any]:
     """mutation.json and a plain summary beside it."""
     out.mkdir(parents=True, exist_ok=True)
     gen = sweep.generated
-    dropped = {"equivalent_by_parse_tree": len(gen.equivalent), "duplicates": len(gen.duplicates),
-               "not_parsing": len(gen.not_compiling)}
-    data = report.to_report(sweep, dropped=dropped)
+    data = report.to_report(sweep, dropped=gen.dropped())
     (out / "mutation.json").write_text(json.dumps(data, indent=1))
     (out / "summary.txt").write_text(summary_line(data) + "\n")
     return data
@@ -135,6 +136,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p = sub.add_parser("mutation", help="mutation analysis: generated mutants judged by the evidence (make mutation)")
     p.add_argument("--database-url", default=None, help="use this server (default: a throwaway embedded one)")
     p.add_argument("--jobs", type=int, default=1, help="mutants judged at once, each job on its own databases")
+    p.add_argument("--part-jobs", type=int, default=0, help="scenario parts run at once for the mutants the model "
+                   "leaves alive (default 0: twice --jobs; a part mostly waits on leases and locks)")
     p.add_argument("--since", default="", help="only the objects changed since this git revision, every mutant")
     p.add_argument("--shard", default="", help="i/n: this machine's share of the mutants (merge the shards after)")
     p.add_argument("--sample", type=int, default=None, help="a deterministic sample of N mutants (seeded by HEAD)")

@@ -17,6 +17,7 @@ from typing import Any
 from pglast import parse_plpgsql, parse_sql
 from pglast.parser import scan
 
+from evidence_lib.mutation.envelope import same_frozen_value
 from evidence_lib.mutation.families import (
     ExprContext,
     ObjectPatch,
@@ -33,7 +34,7 @@ from evidence_lib.mutation.families import (
     statements,
 )
 from evidence_lib.mutation.mutant import Mutant, Span, stable_id
-from evidence_lib.mutation.plpgsql import Body, Expr, read
+from evidence_lib.mutation.plpgsql import Body, Expr, Variable, read
 from evidence_lib.mutation.sources import Engine, Function, SourceNotUnderstood, engine
 from evidence_lib.mutation.sqltree import NodeChange, Path, changed, deparse, parse, render
 
@@ -74,12 +75,19 @@ class Generated:
     equivalent: list[Mutant] = field(default_factory=list)  # same normalized tree as the original
     duplicates: list[Mutant] = field(default_factory=list)  # same normalized tree as an earlier mutant
     not_compiling: list[Mutant] = field(default_factory=list)  # the parser refuses the mutated text
+    frozen_equal: list[Mutant] = field(default_factory=list)  # two fields of the frozen envelope, same value
 
     def extend(self, other: Generated) -> None:
         self.mutants += other.mutants
         self.equivalent += other.equivalent
         self.duplicates += other.duplicates
         self.not_compiling += other.not_compiling
+        self.frozen_equal += other.frozen_equal
+
+    def dropped(self) -> dict[str, int]:
+        """What was dropped before running, by reason (the report's `config.dropped`)."""
+        return {"equivalent_by_parse_tree": len(self.equivalent), "duplicates": len(self.duplicates),
+                "not_parsing": len(self.not_compiling), "equivalent_by_frozen_envelope": len(self.frozen_equal)}
 
 
 # -- normalized forms ----------------------------------------------------------------------
@@ -178,8 +186,9 @@ def _skipped(expr: Expr, text: str) -> bool:
 
 
 class _FunctionMutants:
-    def __init__(self, fn: Function, wanted: set[str]) -> None:
-        self.fn, self.wanted = fn, wanted
+    def __init__(self, fn: Function, wanted: set[str], eng: Engine) -> None:
+        self.fn, self.wanted, self.eng = fn, wanted, eng
+        self.variables: dict[str, Variable] = {}
         self.source = normalized_source(fn.text)
         self.original = normalized_tree(fn, fn.text)
         self.seen: set[str] = set()
@@ -201,6 +210,8 @@ class _FunctionMutants:
             return
         if tree == self.original:
             self.out.equivalent.append(mutant)
+        elif family == "identifier" and same_frozen_value(fn, self.variables, operator, self.eng):
+            self.out.frozen_equal.append(mutant)
         elif tree in self.seen:
             self.out.duplicates.append(mutant)
         else:
@@ -209,6 +220,7 @@ class _FunctionMutants:
 
     def run(self, ctx_engine: Engine) -> Generated:
         body = read(self.fn)
+        self.variables = body.variables
         text = self.fn.text
         for index, expr in enumerate(body.exprs):
             if _skipped(expr, text):
@@ -246,7 +258,8 @@ class _FunctionMutants:
 
 
 def function_mutants(fn: Function, families: Iterable[str] = SQL_FAMILIES, eng: Engine | None = None) -> Generated:
-    return _FunctionMutants(fn, set(families)).run(eng or engine())
+    eng = eng or engine()
+    return _FunctionMutants(fn, set(families), eng).run(eng)
 
 
 def object_mutants(eng: Engine, families: Iterable[str] = SQL_FAMILIES) -> Generated:
@@ -276,7 +289,7 @@ def sql_mutants(objects: Iterable[str] | None = None, families: Iterable[str] = 
         if chosen is None or fn.name in chosen or fn.label in chosen:
             out.extend(function_mutants(fn, families, eng))
     objs = object_mutants(eng, families)
-    for bucket in ("mutants", "equivalent", "duplicates", "not_compiling"):
+    for bucket in ("mutants", "equivalent", "duplicates", "not_compiling", "frozen_equal"):
         kept = [m for m in getattr(objs, bucket) if chosen is None or m.obj in chosen]
         getattr(out, bucket).extend(kept)
     return out

@@ -2,6 +2,9 @@
 stopped by a job limit, a crash or Ctrl-C loses nothing and resumes where it stopped (PIT's history
 file, written as it goes). The first line says what the journal is of (revision, generator, the
 selection and its shard); a journal of anything else is not resumed from, but set aside.
+
+A mutant the model leaves alive is journaled too (`"stage": "model"`): a run stopped in the parts
+phase resumes there, without replaying the model's histories for what it had already judged.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Journal:
         self.path = folder / FILE
         self.header = header
         self.done: dict[str, Verdict] = {}
+        self.model: dict[str, Verdict] = {}  # the model's verdict on a mutant left to the parts
         if self.path.is_file():
             lines = self.path.read_text().splitlines()
             first = json.loads(lines[0]) if lines else {}
@@ -47,20 +51,24 @@ class Journal:
                         entry = json.loads(line)
                     except ValueError:
                         continue  # a line cut short by a kill: that mutant is judged again
-                    self.done[entry["id"]] = Verdict(entry["status"], entry["by"], entry["detail"],
-                                                     entry["seconds"], entry.get("parts_run", 0))  # fmt: skip
+                    verdict = Verdict(entry["status"], entry["by"], entry["detail"], entry["seconds"],
+                                      entry.get("parts_run", 0))  # fmt: skip
+                    (self.model if entry.get("stage") == "model" else self.done)[entry["id"]] = verdict
             else:
                 self.path.rename(self.path.with_suffix(f".{int(time.time())}.set-aside"))
         if not self.path.is_file():
             self.path.write_text(json.dumps(asdict(header)) + "\n")
         self._out = self.path.open("a")
 
-    def append(self, mutant_id: str, verdict: Verdict) -> None:
+    def append(self, mutant_id: str, verdict: Verdict, *, stage: str = "") -> None:
+        """A final verdict; or, with `stage="model"`, the model's verdict on a mutant it leaves to the parts."""
         entry = {"id": mutant_id, "status": verdict.status, "by": verdict.by, "detail": verdict.detail,
                  "seconds": round(verdict.seconds, 3), "parts_run": verdict.parts_run}  # fmt: skip
+        if stage:
+            entry["stage"] = stage
         self._out.write(json.dumps(entry) + "\n")
         self._out.flush()
-        self.done[mutant_id] = verdict
+        (self.model if stage else self.done)[mutant_id] = verdict
 
     def close(self) -> None:
         self._out.close()

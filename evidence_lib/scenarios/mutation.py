@@ -82,8 +82,7 @@ def run(
         sweep = sweep_run(server, t, revision, settings, chosen)
     record(result, sweep)
     if bundle_dir:
-        dropped = {"equivalent_by_parse_tree": len(sweep.generated.equivalent),
-                   "duplicates": len(sweep.generated.duplicates)}  # fmt: skip
+        dropped = sweep.generated.dropped()
         Path(bundle_dir).mkdir(parents=True, exist_ok=True)
         (Path(bundle_dir) / "mutation.json").write_text(json.dumps(report.to_report(sweep, dropped=dropped), indent=1))
     return result
@@ -108,6 +107,7 @@ def record(result: ScenarioResult, sweep: Sweep) -> None:
     result.table("summary", [{
         "mode": sweep.mode, "revision": sweep.revision[:12], "generated": len(gen.mutants),
         "dropped: same parse tree as the original": len(gen.equivalent), "dropped: duplicates": len(gen.duplicates),
+        "dropped: fields of the frozen envelope with one value": len(gen.frozen_equal),
         "judged": sweep.selected, "verdicts reused": sweep.reused, "seconds": round(sweep.seconds, 1),
         "detected by the model": by_model, "detected": everything.detected,
     }])  # fmt: skip
