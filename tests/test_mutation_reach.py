@@ -54,19 +54,21 @@ def test_refusals_reach_their_guards(server: Server, template_db: str) -> None:
 
 
 def test_a_trial_that_leaves_another_state_replays_only_its_own_history(server: Server, template_db: str) -> None:
-    """Two mutants of v2_reconcile agree with the model in the flow tour but leave another state
-    there: only the flow tour is replayed with each (not every history), one is killed by that
-    replay, the other agrees and is tried again from the next history on; the whole replay gives
-    the same statuses."""
+    """Two mutants of v2_reconcile agree with the model in a tour but leave another state there:
+    only that tour is replayed with each (never every history), one is killed by the flow tour's
+    replay, the other agrees there, is tried again from the next history on, diverges in the step
+    tour too and agrees in its replay; the whole replay gives the same statuses."""
     by_id = {m.id: m for m in generated().mutants}
     killed, agrees = by_id.get("7d40ab09d4bb"), by_id.get("ac46dbd9768c")
     assert killed is not None and agrees is not None, "v2_reconcile changed: pick two mutants that diverge again"
     verdicts: dict[str, Verdict] = {}
     stats = ReachOracle(server, template_db, [killed, agrees], verdicts.__setitem__, examples=0).run()
     assert stats.candidate_agrees, stats.candidate_problem
-    assert (stats.replayed, stats.replayed_parts) == (0, 2), stats
+    assert (stats.replayed, stats.replayed_parts) == (0, 3), stats
     assert (verdicts[killed.id].status, verdicts[killed.id].by) == ("Killed", "model: the tour"), verdicts[killed.id]
-    assert verdicts[agrees.id].status == "Survived" and "tour:flow" in verdicts[agrees.id].detail, verdicts[agrees.id]
+    assert verdicts[agrees.id].status == "Survived" and "tour:flow, tour:step" in verdicts[agrees.id].detail, verdicts[
+        agrees.id
+    ]
     whole = ModelOracle(server, template_db, examples=0, tag="rw")
     try:
         assert [whole.judge(m).status for m in (killed, agrees)] == ["Killed", "Survived"]

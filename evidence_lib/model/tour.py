@@ -123,6 +123,10 @@ def tour(m: EngineMachine, mode: str, probes: bool = True) -> None:
     if not m.bench.transactional:  # two sessions cannot share one open transaction
         m.model = race(m, "claim vs claim", r3)
         m.model = race(m, "settle vs the same settle", r3)
+    else:  # one session: r3's A claimed and settled plainly, so the poison below has a B to dispatch
+        c5 = _claim(m, r3, "A")
+        assert c5 is not None
+        _settle(m, c5, "completed", {"ok": 1}, "fresh")
     m.check(ops.drop_queue(flow.queues["B"]))  # poison: B's dispatch fails from now on
     for _ in range(3):
         m.check(ops.reconcile(r3, 8))  # an error, then skipped in backoff...
