@@ -104,6 +104,17 @@ def test_an_envelope_variable_assigned_again_is_not_frozen() -> None:
     assert not same_frozen_value(again, read(again).variables, op, engine())
 
 
+def test_the_wording_of_an_attention_reason_is_not_mutated(generated) -> None:  # type: ignore[no-untyped-def]
+    def of(fn: str, operator: str) -> list[str]:
+        return [m.original for m in generated.mutants if m.obj == f"function engine.{fn}" and m.operator == operator]
+
+    swap = "v_limits.takeovers_per_taskTov_limits.steps"
+    assert [o for o in of("v2_take_over", swap) if "attention_reason" not in o], "the guard is mutated"
+    assert not [o for o in of("v2_take_over", swap) if "attention_reason" in o], "format()'s arguments are not"
+    # the condition that decides whether there is a reason at all is mutated
+    assert len(of("v2_reconcile", "v_limits.errors_before_attentionTov_limits.steps")) == 2
+
+
 def test_the_worker_code_gets_the_python_families_and_its_sql_the_sql_families() -> None:
     targets = {c.target for c in sql_constants()}
     assert {"evidence_lib.workers.reconciler:DUE_RUNS", "evidence_lib.workers.settle_groups:OPEN"} <= targets

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from pglast import parse_plpgsql, parse_sql
+from pglast import ast, parse_plpgsql, parse_sql
 from pglast.parser import scan
 
 from evidence_lib.mutation.envelope import same_frozen_value
@@ -65,6 +65,9 @@ SQL_FAMILIES = tuple(dict.fromkeys([*EXPRESSION_FAMILIES, *BODY_FAMILIES, "highe
 # roles of expressions no family mutates: a RAISE's message parameters and hints only shape text
 NOT_MUTATED_ROLES = ("param", "option")
 HOOK = "engine._hook("  # test instrumentation: inert unless armed, never mutated
+# columns of text for a human, like a RAISE's message: the contract fixes that there is one, not its
+# wording (docs/contract.md), so the arguments of the format() that words it are not mutated
+MESSAGE_COLUMNS = ("attention_reason",)
 
 
 @dataclass
@@ -181,6 +184,21 @@ def _token_end(text: str, offset: int) -> int:
     return _token_ends(text).get(offset, offset + 1)
 
 
+def _words_a_message(root: ast.Node, path: Path) -> bool:
+    """Whether `path` leads into the arguments of a format() assigned to a message column."""
+    node, in_message = root, False
+    for attr, index in path:
+        if in_message and isinstance(node, ast.FuncCall) and attr == "args" and node.funcname:
+            name = node.funcname[-1]
+            if isinstance(name, ast.String) and name.sval == "format":
+                return True
+        value = getattr(node, attr)
+        node = value if index is None else value[index]
+        if isinstance(node, ast.ResTarget) and node.name in MESSAGE_COLUMNS:
+            in_message = True
+    return False
+
+
 def _skipped(expr: Expr, text: str) -> bool:
     return expr.role in NOT_MUTATED_ROLES or HOOK in text[expr.start : expr.end]
 
@@ -233,6 +251,8 @@ class _FunctionMutants:
                     continue
                 for generate in generators:
                     for change in generate(ctx):
+                        if _words_a_message(root, change.path):
+                            continue
                         new_text = render(expr, changed(root, change))
                         focus = None
                         if change.location is not None:

@@ -14,6 +14,12 @@ NAME_LOCK = Target("queue_identity", "concurrent_definitions", ("colliding_defin
 TOUR = Target("model_check", "tour", ("the_tour_of_every_operation_agrees_with_the_model",))
 V1_FAIL = Target("races", "v1_fail_vs_start_tasks", ("v1_fail_vs_start_tasks_transcript_matches_expected",))
 
+
+def _scope(call: str) -> Target:
+    """The lock-scope race of one v2 call (race_specs_scope): the second run's call never waits."""
+    return Target("races", f"{call}s_of_two_runs", (f"{call}s_of_two_runs_transcript_matches_expected",))
+
+
 SURVIVORS: tuple[Control, ...] = (
     Control(
         "test_clock_obeyed_for_any_login",
@@ -87,5 +93,29 @@ SURVIVORS: tuple[Control, ...] = (
         "CONTRACT 6 lock order: v1 start_flow waits for the definition (the flow row, for share)",
         (Target("races", "v1_start_vs_add_step", ("v1_start_vs_add_step",)),),
         generated="6fe20cebdd30",
+    ),
+    Control(
+        "settle_locks_every_runs_step_states",
+        "CONTRACT 6 lock order: v2_settle locks its own run's step states (the where removed: every run's)",
+        (_scope("settle"),),
+        generated="d62e27f2a295",
+    ),
+    Control(
+        "claim_locks_the_step_state_of_every_run",
+        "CONTRACT 6 lock order: v2_claim locks its own run's step state (the run_id predicate removed)",
+        (_scope("claim"),),
+        generated="d6bd8595691d",
+    ),
+    Control(
+        "take_over_locks_the_step_state_of_every_run",
+        "CONTRACT 6 lock order: v2_take_over locks its own run's step state (the run_id predicate removed)",
+        (_scope("take_over"),),
+        generated="b37d89d18e42",
+    ),
+    Control(
+        "reconcile_locks_every_runs_step_states",
+        "CONTRACT 6 lock order: v2_reconcile locks its own run's step states (the where removed: every run's)",
+        (_scope("reconcile"),),
+        generated="c97bf55f57f3",
     ),
 )
