@@ -163,11 +163,14 @@ def settle(claim_id: str, outcome: str | None, result: Any, variant: str, run: s
     def real(conn: Conn) -> tuple[Outcome, Any]:
         def go() -> tuple[Outcome, Any]:
             row = conn.execute(
-                "select verdict, outcome, result, generation from engine.v2_settle(%s, %s, %s)",
+                "select verdict, outcome, result, generation, claim_id::text from engine.v2_settle(%s, %s, %s)",
                 (claim_id, outcome, None if variant == "sql_null" else Jsonb(result)),
             ).fetchone()
             assert row is not None
-            return Outcome("value", (row[0], row[1], _canon(row[2]), row[3])), None
+            # every receipt names the claim it settles (CONTRACT 5): a receipt of another is a
+            # verdict the model never gives
+            verdict = row[0] if row[4] == claim_id else f"{row[0]} (a receipt naming {row[4]})"
+            return Outcome("value", (verdict, row[1], _canon(row[2]), row[3])), None
 
         return call(conn, go)
 

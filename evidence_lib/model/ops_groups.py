@@ -89,12 +89,14 @@ def settle_all(items: list[SettleItem], variant: str) -> Op:
     def real(conn: Conn) -> tuple[Outcome, Any]:
         def go() -> tuple[Outcome, Any]:
             rows = conn.execute(
-                "select item, verdict, outcome, result, generation, sqlstate, message "
+                "select item, verdict, outcome, result, generation, sqlstate, message, claim_id::text "
                 "from engine.v2_settle_all(%s::uuid[], %s::text[], %s::jsonb[])",
                 ([c for c, _, _ in items], [o for _, o, _ in items], [Jsonb(r) for _, _, r in items]),
             ).fetchall()
             answers: list[Answer] = [("missing", None)] * len(items)
-            for item, verdict, outcome, result, generation, state, text in rows:
+            for item, verdict, outcome, result, generation, state, text, claim in rows:
+                if verdict is not None and claim != items[item - 1][0]:  # a receipt names its own claim
+                    verdict = f"{verdict} (a receipt naming {claim})"
                 answers[item - 1] = _answer(state, text, verdict is not None,
                                             (verdict, outcome, _canon(result), generation))  # fmt: skip
             return Outcome("value", (_ran(rows), tuple(answers))), None

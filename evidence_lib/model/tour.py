@@ -99,6 +99,7 @@ def tour(m: EngineMachine, mode: str, probes: bool = True) -> None:
     _settle(m, c1, "completed", {"ok": 1}, "replay")  # the replay decides: replayed (or accepted)
     _settle(m, c1, "failed", "boom", "conflicting replay")
     m.check(ops.settle(c1, "done", {}, "unknown outcome", r1))
+    m.check(ops.settle(c1, "completed", None, "sql_null", r1))  # DR009: JSON null is a result, SQL NULL is not
     m.check(ops.settle("00000000-0000-4000-8000-000000000000", "completed", {}, "unknown claim", None))
     m.check(ops.reconcile(r1, 0))  # DR008
     m.check(ops.reconcile(r1, 1))  # dispatches B

@@ -95,6 +95,18 @@ SURVIVORS: tuple[Control, ...] = (
         generated="6fe20cebdd30",
     ),
     Control(
+        "sql_null_result_refused_with_another_sqlstate",
+        "CONTRACT 5 settle: a result that is SQL NULL is refused DR009 (JSON null is a result), nothing written",
+        (TOUR,),
+        generated="5e525b667c55",
+    ),
+    Control(
+        "accepted_receipt_names_the_run",
+        "CONTRACT 5 settle: a receipt names the claim it settles (here the accepted one names the run)",
+        (TOUR,),
+        generated="8efdbf70d025",
+    ),
+    Control(
         "settle_locks_every_runs_step_states",
         "CONTRACT 6 lock order: v2_settle locks its own run's step states (the where removed: every run's)",
         (_scope("settle"),),
