@@ -53,6 +53,20 @@ def test_refusals_reach_their_guards(server: Server, template_db: str) -> None:
         assert verdict.status == "Killed" and verdict.by == "model: the reach oracle", (mutant.operator, verdict)
 
 
+def test_a_triggers_refusal_in_a_schema_probe_reaches_the_trigger(server: Server, template_db: str) -> None:
+    """The schema probes catch the error of the write they make (a superuser write the schema must
+    refuse); the trigger function that refused it is reached all the same, so a mutant that lets
+    the write through is killed by the reach oracle (both survived it before)."""
+    mutants = [_one("function engine._run_work_generations_are_monotonic", "RaiseDeleted"),
+               _one("function engine._task_claims_are_history", "RaiseDeleted")]  # fmt: skip
+    verdicts: dict[str, Verdict] = {}
+    stats = ReachOracle(server, template_db, mutants, verdicts.__setitem__, examples=0).run()
+    assert stats.candidate_agrees, stats.candidate_problem
+    for mutant in mutants:
+        verdict = verdicts[mutant.id]
+        assert verdict.status == "Killed" and verdict.by == "model: the reach oracle", verdict
+
+
 def test_a_trial_that_leaves_another_state_replays_only_its_own_history(server: Server, template_db: str) -> None:
     """Two mutants of v2_reconcile agree with the model in a tour but leave another state there:
     only that tour is replayed with each (never every history), one is killed by the flow tour's

@@ -16,7 +16,7 @@ from evidence_lib.harness.waits import WaitTimeout
 from evidence_lib.mutation import report, select, sweep
 from evidence_lib.mutation.catalogue import catalogue
 from evidence_lib.mutation.controls import Target
-from evidence_lib.mutation.coverage import Covered
+from evidence_lib.mutation.coverage import CoverageMap, Covered
 from evidence_lib.mutation.judging import TargetRun, part_verdict
 from evidence_lib.mutation.oracles import ModelOracle, judge_with_parts
 from evidence_lib.mutation.reach import ReachOracle
@@ -218,3 +218,14 @@ def test_a_run_stopped_in_the_parts_phase_resumes_without_the_model(server: Serv
     assert not again.reach, "no history was replayed"
     assert {o.mutant.id for o in again.outcomes} == set(ids)
     assert all(o.verdict.detail == "planted" for o in again.outcomes)
+
+
+def test_the_model_check_tour_is_tried_in_both_modes_other_parts_in_the_faster() -> None:
+    """The tour runs its probes in flow mode only: its step mode, though faster, does not stand
+    for it (trigger mutants survived that way); a race's two modes do stand for each other."""
+    mutant = next(m for m in generated().mutants if m.obj == "function engine._task_claims_are_history")
+    parts = [Covered(label, seconds, sql={"_task_claims_are_history": 1}) for label, seconds in
+             (("model_check/tour [flow]", 2.6), ("model_check/tour [step]", 0.4), ("races/double_claim [flow]", 1.1),
+              ("races/double_claim [step]", 1.2))]  # fmt: skip
+    chosen = [p.label for p in CoverageMap(parts).parts_for(mutant)]
+    assert chosen == ["model_check/tour [step]", "races/double_claim [flow]", "model_check/tour [flow]"]

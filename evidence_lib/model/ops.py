@@ -80,6 +80,12 @@ message and context there: the function it was refused or the frames it passed t
 function statistics count."""
 
 
+def note_raised(exc: psycopg.Error) -> None:
+    """Tell the reach oracle (when it listens) what an engine call or a probe's write raised."""
+    if (raised := RAISED.get()) is not None:
+        raised.append(f"{exc.diag.message_primary or ''}\n{exc.diag.context or ''}")
+
+
 def call(conn: Conn, fn: Callable[[], tuple[Outcome, Any]]) -> tuple[Outcome, Any]:
     """Run one engine call; an error becomes the model's error outcome (its SQLSTATE). Inside
     an open transaction (the single-session oracle) the call is a savepoint: a refusal undoes
@@ -92,8 +98,7 @@ def call(conn: Conn, fn: Callable[[], tuple[Outcome, Any]]) -> tuple[Outcome, An
     except FlowMismatch:
         return Outcome.error("mismatch"), None
     except psycopg.Error as exc:
-        if (raised := RAISED.get()) is not None:
-            raised.append(f"{exc.diag.message_primary or ''}\n{exc.diag.context or ''}")
+        note_raised(exc)
         if exc.sqlstate == QUERY_CANCELED:
             raise OutOfTime(f"a statement ran past statement_timeout: {str(exc).splitlines()[0]}") from exc
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:

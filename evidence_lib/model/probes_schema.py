@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from evidence_lib.model.ops import Op
+from evidence_lib.model.ops import Op, note_raised
 from evidence_lib.model.reference import Model, Outcome, Window
 from evidence_lib.pg.db import Conn
 
@@ -209,7 +209,8 @@ def refused_write(label: str, statement: str, expected: str, replica: bool) -> O
                 rows = conn.execute(statement.encode()).rowcount
                 conn.execute("set local session_replication_role = origin")
             return Outcome("value", f"written ({rows} rows)"), None
-        except psycopg.Error as exc:
+        except psycopg.Error as exc:  # a trigger's refusal reaches its function: the reach oracle must hear it
+            note_raised(exc)
             return Outcome.error(f"{exc.sqlstate}:{exc.diag.constraint_name or ''}"), None
         finally:
             if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
@@ -230,6 +231,7 @@ def allowed_bump() -> Op:
             with conn.transaction():
                 row = conn.execute(BUMP.encode()).fetchone()
         except psycopg.Error as exc:
+            note_raised(exc)
             return Outcome.error(f"{exc.sqlstate}:{exc.diag.constraint_name or ''}"), None
         return Outcome("value", "bumped" if row else "no such run"), None if row is None else str(row[0])
 
