@@ -85,7 +85,11 @@ def test_a_trial_that_leaves_another_state_replays_only_its_own_history(server: 
     ]
     whole = ModelOracle(server, template_db, examples=0, tag="rw")
     try:
-        assert [whole.judge(m).status for m in (killed, agrees)] == ["Killed", "Survived"]
+        statuses = []
+        for m in (killed, agrees):  # as the sweep does: a Timeout is tried once more with twice the time
+            verdict = whole.judge(m)
+            statuses.append((whole.judge(m, factor=2.0) if verdict.status == "Timeout" else verdict).status)
+        assert statuses == ["Killed", "Survived"]
     finally:
         whole.close()
 
