@@ -86,6 +86,9 @@ def definitions(m: Checker) -> None:
     m.check(ops_more.delete_flow("Other"))
     m.check(cf("Other", 1, 1, 20, "step"))  # its name is free again
     m.check(step("Other", "x"))  # the foreign queue other__x is not the flow's: still DR012
+    m.check(step("Other", "w"))  # a first step: its queue is the flow's own
+    m.check(ops_more.foreign_queue("other__v"))
+    m.check(step("Other", "v", ["w"]))  # a second step meets a foreign queue: DR012 all the same
 
 
 def locked_definitions(m: Checker, flow: str, run: str) -> None:

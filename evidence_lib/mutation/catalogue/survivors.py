@@ -107,6 +107,13 @@ SURVIVORS: tuple[Control, ...] = (
         generated="8efdbf70d025",
     ),
     Control(
+        "second_step_takes_a_foreign_queue",
+        "CONTRACT 1: a step's queue that PGMQ already has, not the flow's own, is refused DR012 (here only for "
+        "a flow's first step)",
+        (TOUR,),
+        generated="a2a08500e3ac",
+    ),
+    Control(
         "settle_locks_every_runs_step_states",
         "CONTRACT 6 lock order: v2_settle locks its own run's step states (the where removed: every run's)",
         (_scope("settle"),),
