@@ -68,6 +68,9 @@ def run(
     revision = _revision()
     settings = Settings(
         jobs=jobs or os.cpu_count() or 1,
+        # a bundle runs other scenarios beside this one: one part per job, as before --part-jobs
+        # (twice as many overloaded two cores into Timeouts that depend on the load)
+        part_jobs=jobs or os.cpu_count() or 1,
         since="" if full else since,
         sample=None if full or objects else sample,
         objects=tuple(o for o in objects.split(",") if o),
