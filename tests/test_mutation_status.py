@@ -13,11 +13,12 @@ import pytest
 from evidence_lib.bundle.cli import main
 from evidence_lib.harness.locks import LivenessTimeout
 from evidence_lib.harness.waits import WaitTimeout
-from evidence_lib.mutation import report, select, sweep
+from evidence_lib.mutation import jobs, report, select, sweep
 from evidence_lib.mutation.catalogue import catalogue
 from evidence_lib.mutation.controls import Target
 from evidence_lib.mutation.coverage import CoverageMap, Covered
-from evidence_lib.mutation.judging import TargetRun, part_verdict
+from evidence_lib.mutation.judging import TargetRun, mutant_markers, part_verdict
+from evidence_lib.mutation.mutant import Verdict
 from evidence_lib.mutation.oracles import ModelOracle, judge_with_parts
 from evidence_lib.mutation.reach import ReachOracle
 from evidence_lib.mutation.registry import generated
@@ -75,10 +76,51 @@ def test_an_exception_raised_in_the_mutated_worker_file_kills_and_elsewhere_does
     except AttributeError as exc:
         raised = exc
     stopped = Gate("proof_ran_to_the_end", False, "x", "flow")
-    here = part_verdict(_run(stopped, escaped=[raised]), CANDIDATE, 10, "tests/test_mutation_status.py")
+    here = part_verdict(_run(stopped, escaped=[raised]), CANDIDATE, 10, ("tests/test_mutation_status.py",))
     assert here is not None and here.status == "Killed" and "mutated code raised" in here.detail
-    elsewhere = part_verdict(_run(stopped, escaped=[raised]), CANDIDATE, 10, "evidence_lib/workers/v2.py")
+    elsewhere = part_verdict(_run(stopped, escaped=[raised]), CANDIDATE, 10,
+                             mutant_markers("0123456789ab", "evidence_lib/workers/v2.py"))  # fmt: skip
     assert elsewhere is not None and elsewhere.status == "RuntimeError"
+
+
+def _raised_by(code: str, filename: str, wrap: type[BaseException] | None = None) -> BaseException:
+    """An exception raised by `code` compiled under `filename`, re-raised `from` it by the harness
+    as `wrap` when given (as a scenario re-raises what a worker thread raised)."""
+    try:
+        try:
+            exec(compile(code, filename, "exec"), {})
+        except BaseException as exc:
+            if wrap is None:
+                raise
+            raise wrap("the worker thread failed") from exc
+    except BaseException as exc:
+        return exc
+    raise AssertionError("nothing raised")
+
+
+@pytest.mark.parametrize(
+    ("code", "filename", "wrap", "status"),
+    [
+        # the mutant's own compiled code (apply.py compiles it as `<mutant id>`): a NameError
+        ("worker.close()", "<mutant 0123456789ab>", None, "Killed"),
+        # another worker module refuses the state the mutant left, re-raised by the harness
+        ("raise ValueError('worker config out of range')", "/x/evidence_lib/workers/config.py", RuntimeError,
+         "Killed"),
+        # a lost connection seen in worker code is the harness's, not the mutant's
+        ("import psycopg\nraise psycopg.OperationalError('server closed the connection')",
+         "/x/evidence_lib/workers/v2.py", None, "RuntimeError"),
+        # the scenario's own code raised: not the worker's
+        ("raise KeyError('rows')", "/x/evidence_lib/scenarios/admission.py", None, "RuntimeError"),
+    ],
+)
+def test_a_worker_mutant_is_killed_by_what_the_worker_code_raised_anywhere_in_the_chain(
+    code: str, filename: str, wrap: type[BaseException] | None, status: str
+) -> None:
+    raised = _raised_by(code, filename, wrap)
+    stopped = Gate("proof_ran_to_the_end", False, "x", "flow")
+    verdict = part_verdict(_run(stopped, escaped=[raised]), CANDIDATE, 10,
+                           mutant_markers("0123456789ab", "evidence_lib/workers/v2.py"))  # fmt: skip
+    assert verdict is not None and verdict.status == status, verdict
 
 
 def test_a_timeout_is_tried_again_with_twice_the_time(server: Server, template_db: str) -> None:
@@ -229,3 +271,21 @@ def test_the_model_check_tour_is_tried_in_both_modes_other_parts_in_the_faster()
               ("races/double_claim [step]", 1.2))]  # fmt: skip
     chosen = [p.label for p in CoverageMap(parts).parts_for(mutant)]
     assert chosen == ["model_check/tour [step]", "races/double_claim [flow]", "model_check/tour [flow]"]
+
+
+def test_a_python_mutant_is_judged_in_a_fork_that_takes_its_threads_with_it() -> None:
+    never = threading.Event()
+
+    def leaves_a_thread() -> jobs.Judged:  # a mutant whose worker thread never stops
+        threading.Thread(target=never.wait, name="leaked", daemon=False).start()
+        return jobs.Judged("0123456789ab", Verdict("Survived", "", "every covering part stayed green"))
+
+    before = threading.active_count()
+    judged = jobs.in_a_fork(leaves_a_thread, "0123456789ab")
+    assert judged.verdict.status == "Survived" and threading.active_count() == before
+
+    def dies() -> jobs.Judged:
+        raise SystemExit(3)
+
+    died = jobs.in_a_fork(dies, "0123456789ab")
+    assert died.verdict.status == "RuntimeError" and "died" in died.verdict.detail, died

@@ -4,7 +4,10 @@ in), each on its own databases of one server, every verdict sent back the moment
 - reach jobs (`reach_in_jobs`): the SQL mutants grouped by the function they change, the groups
   spread over the jobs by size; each job replays the model's histories once (`reach.ReachOracle`);
 - part jobs (`parts_in_jobs`): one task per mutant (the covering parts, fastest first) or per
-  candidate part (its run on the candidate: coverage and the gates green there).
+  candidate part (its run on the candidate: coverage and the gates green there). A Python mutant
+  is judged in a child forked for it (mutmut 3's fork per mutant): a mutant that leaves a worker's
+  threads running (a `stop` deleted, a loop condition flipped) takes them with it when the child
+  exits, instead of keeping the job process alive for ever and loading the next mutant's parts.
 
 A job that breaks is said: every mutant it had not judged yet gets RuntimeError with the reason,
 never a silent gap and never a kill.
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
+import os
+import pickle
 import queue
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -136,6 +141,40 @@ def _init_part_job(server_url: str, candidate: str, runner: str) -> None:
 
 
 def _judge_mutant(mutant: Mutant, parts: list[Covered], n: int) -> Judged:
+    if mutant.kind == "python":
+        return in_a_fork(lambda: _judged(mutant, parts, n), mutant.id)
+    return _judged(mutant, parts, n)
+
+
+def in_a_fork(judge: Callable[[], Judged], mutant_id: str) -> Judged:
+    """`judge()` in a forked child whose threads all die with it (`os._exit`); its verdict comes
+    back through a pipe. A child that dies without one gives RuntimeError, never a kill."""
+    readable, writable = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: judge, send, and exit without waiting for any thread
+        status = 0
+        try:
+            os.close(readable)
+            data = pickle.dumps(judge())
+            with os.fdopen(writable, "wb") as out:
+                out.write(data)
+        except BaseException:  # nothing may escape a forked child
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(writable)
+    with os.fdopen(readable, "rb") as got:
+        data = got.read()
+    _, status = os.waitpid(pid, 0)
+    if data:
+        judged = pickle.loads(data)
+        assert isinstance(judged, Judged)
+        return judged
+    died = f"the process judging it died (wait status {status})"
+    return Judged(mutant_id, Verdict("RuntimeError", "the sweep", died))
+
+
+def _judged(mutant: Mutant, parts: list[Covered], n: int) -> Judged:
     assert _JOB is not None
     try:
         return Judged(mutant.id, judge_with_parts(_JOB.server, _JOB.candidate, mutant, parts, _JOB.run_target,

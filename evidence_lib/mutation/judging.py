@@ -6,8 +6,10 @@ run on a mutant means (`part_verdict`), in the statuses of the mutation-testing 
   error the engine raised: one of its own SQLSTATEs (its refusals `DR...`, its constraints and
   triggers `23...`, a deadlock or serialization failure `40...`, `22003`, a privilege it denies
   `42501`, a PL/pgSQL `raise` `P0001`), or any error raised inside an engine function (the
-  server's context names `function engine.`); or, for a worker mutant, an exception raised in the
-  mutated file; or a wait of the scenario ran out of its deadline (`WaitTimeout`: the state the
+  server's context names `function engine.`); or, for a worker mutant, an exception raised by the
+  worker code, anywhere in its chain of causes: in the mutant's own compiled code, in its file, or
+  in another worker module refusing the state the mutant left (a lost connection never counts:
+  that is the harness's); or a wait of the scenario ran out of its deadline (`WaitTimeout`: the state the
   contract promises never came, a liveness defect named by the wait);
 - Timeout: the part ran past its deadline, or a liveness guard of the harness fired (statement or
   lock timeout, a session that neither completed nor blocked); tried once more with twice the
@@ -39,16 +41,48 @@ TIMEOUT_STATES = {"57014", "55P03"}  # statement_timeout, lock_timeout: a livene
 FailureKind = Literal["engine", "mutant", "wait", "timeout", "infrastructure"]
 
 
-def _raised_in(exc: BaseException, file: str) -> bool:
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename.endswith(file):
-            return True
-        tb = tb.tb_next
+WORKER_CODE = "/evidence_lib/workers/"
+CONNECTION_LOST = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and its causes (`raise ... from`, and what it was raised while handling)."""
+    seen: list[BaseException] = []
+    at: BaseException | None = exc
+    while at is not None and not any(at is s for s in seen):
+        seen.append(at)
+        at = at.__cause__ or at.__context__
+    return seen
+
+
+def _raised_in(exc: BaseException, markers: tuple[str, ...]) -> bool:
+    """Whether a frame of `exc`'s chain runs code whose file name holds one of `markers`."""
+    for link in _chain(exc):
+        tb = link.__traceback__
+        while tb is not None:
+            name = tb.tb_frame.f_code.co_filename
+            if any(marker in name for marker in markers):
+                return True
+            tb = tb.tb_next
     return False
 
 
-def failure_kind(exc: BaseException, mutated_file: str = "") -> FailureKind:
+def mutant_markers(mutant_id: str, file: str) -> tuple[str, ...]:
+    """Where a worker mutant's exception comes from: its compiled code, its file, the worker code."""
+    return (f"<mutant {mutant_id}>", file, WORKER_CODE)
+
+
+def _by_the_mutant(exc: BaseException, markers: tuple[str, ...]) -> bool:
+    if not markers:
+        return False
+    if _raised_in(exc, markers[:1]):
+        return True  # the mutant's own code raised: whatever it is, the mutant did it
+    if any(isinstance(link, CONNECTION_LOST) for link in _chain(exc)):
+        return False  # a lost connection or a load-dependent failure is the harness's, not a kill
+    return _raised_in(exc, markers[1:])
+
+
+def failure_kind(exc: BaseException, mutated: tuple[str, ...] = ()) -> FailureKind:
     """Who stopped a part: the engine, the mutated worker code, a wait of the scenario that ran out,
     a liveness guard of the harness, or anything else."""
     if isinstance(exc, psycopg.Error) and exc.sqlstate:
@@ -60,7 +94,7 @@ def failure_kind(exc: BaseException, mutated_file: str = "") -> FailureKind:
         context = exc.diag.context or ""
         if "function engine." in context:
             return "engine"
-    if mutated_file and _raised_in(exc, mutated_file):
+    if _by_the_mutant(exc, mutated):
         return "mutant"
     if isinstance(exc, WaitTimeout):
         return "wait"
@@ -107,16 +141,16 @@ class TargetRunner(Protocol):
                  coverage: bool = False, patch: str = "") -> TargetRun: ...  # fmt: skip
 
 
-def part_verdict(run: TargetRun, candidate: Covered, deadline: float, mutated_file: str = "") -> Verdict | None:
+def part_verdict(run: TargetRun, candidate: Covered, deadline: float, mutated: tuple[str, ...] = ()) -> Verdict | None:
     """What one part's run on a mutant says (see the module docstring); None: nothing.
-    `mutated_file`: a worker mutant's file, where an exception raised is the mutant's doing."""
+    `mutated`: a worker mutant's markers (`mutant_markers`), where an exception raised is its doing."""
     label = candidate.label
     if run.deadline_hit:
         return Verdict("Timeout", f"part {label}", f"ran past its deadline of {deadline:.0f} s; sessions terminated",
                        run.seconds)  # fmt: skip
     by_kind: dict[FailureKind, list[BaseException]] = {}
     for exc in run.escaped:
-        by_kind.setdefault(failure_kind(exc, mutated_file), []).append(exc)
+        by_kind.setdefault(failure_kind(exc, mutated), []).append(exc)
     green = set(candidate.green)
     red = [g for g in run.gates if not g.passed]
     killing = [g for g in red if gate_key(g) in green]

@@ -23,7 +23,7 @@ from evidence_lib.model.check import CheckResult, check
 from evidence_lib.mutation.apply import MutantDoesNotCompile, apply_sql, swapped
 from evidence_lib.mutation.controls import Target
 from evidence_lib.mutation.coverage import Covered
-from evidence_lib.mutation.judging import TargetRunner, part_verdict
+from evidence_lib.mutation.judging import TargetRunner, mutant_markers, part_verdict
 from evidence_lib.mutation.mutant import Mutant, Verdict
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Conn, Server, connect
@@ -167,7 +167,7 @@ def _parts(server: Server, candidate: str, mutant: Mutant, parts: list[Covered],
     with swapped(mutant):
         for i, covered in enumerate(parts):
             deadline = deadline_for(covered.seconds)
-            mutated = mutant.file if mutant.kind == "python" else ""
+            mutated = mutant_markers(mutant.id, mutant.file) if mutant.kind == "python" else ()
             verdict = part_verdict(runner(server, candidate, _target(covered), deadline, f"{tag}p{i}", patch=patch),
                                    covered, deadline, mutated)  # fmt: skip
             if verdict is not None and verdict.status == "Timeout":

@@ -20,7 +20,7 @@ from evidence_lib.harness.isolation import PermutationRun, RaceContext, RaceSpec
 from evidence_lib.harness.load import competing_load
 from evidence_lib.pg.db import connect, one
 from evidence_lib.results.scenario import ScenarioResult
-from evidence_lib.scenarios import race_specs, race_specs_next, race_specs_scope, race_specs_v1
+from evidence_lib.scenarios import race_specs, race_specs_next, race_specs_scope, race_specs_scope_v1, race_specs_v1
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import Databases, Part, PartSpec, candidate_databases, run_parts
 from evidence_lib.scenarios.support.setup import modes, scenario_server
@@ -63,7 +63,7 @@ def run(
     return result
 
 
-SPECS = race_specs.ALL + race_specs_next.ALL + race_specs_v1.ALL + race_specs_scope.ALL
+SPECS = race_specs.ALL + race_specs_next.ALL + race_specs_v1.ALL + race_specs_scope.ALL + race_specs_scope_v1.ALL
 DEADLOCK = "40P01"
 # permutations run at once, each on its own database (harness.isolation.run_spec): a permutation
 # mostly waits for the server (a clone, sessions, proven lock waits), so three keep two cores busy

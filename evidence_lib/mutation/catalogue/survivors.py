@@ -20,6 +20,11 @@ def _scope(call: str) -> Target:
     return Target("races", f"{call}s_of_two_runs", (f"{call}s_of_two_runs_transcript_matches_expected",))
 
 
+def _v1_scope(name: str) -> Target:
+    """A lock-scope race of the v1 writers (race_specs_scope_v1)."""
+    return Target("races", name, (f"{name}_transcript_matches_expected",))
+
+
 SURVIVORS: tuple[Control, ...] = (
     Control(
         "test_clock_obeyed_for_any_login",
@@ -136,5 +141,25 @@ SURVIVORS: tuple[Control, ...] = (
         "CONTRACT 6 lock order: v2_reconcile locks its own run's step states (the where removed: every run's)",
         (_scope("reconcile"),),
         generated="c97bf55f57f3",
+    ),
+    Control(
+        "complete_task_locks_every_runs_step_states",
+        "CONTRACT 6 lock order: complete_task locks its own run's step states (the run_id predicate removed)",
+        (_v1_scope("v1_completes_of_two_runs"),),
+        generated="e51db93b94d6",
+    ),
+    Control(
+        "fail_run_locks_every_runs_unfinished_steps",
+        "CONTRACT 6 lock order: _fail_run locks its own run's unfinished step states (the run_id predicate "
+        "removed)",
+        (_v1_scope("v1_fails_of_two_runs"),),
+        generated="11c87eff643d",
+    ),
+    Control(
+        "requeue_locks_every_started_run",
+        "CONTRACT 6 lock order: requeue_stalled_tasks locks the stalled task's run (the run_id predicate removed: "
+        "every started run)",
+        (_v1_scope("v1_requeue_beside_a_run"),),
+        generated="1e4aacf466e9",
     ),
 )
