@@ -38,6 +38,7 @@ def diamond(m: Checker) -> None:
     m.check(step(DIAMOND, "B", ["A"], None, None, 5))  # its own timeout: 5 s, not the flow's 30
     m.check(step(DIAMOND, "C", ["A"], None, 0, None, 7))  # starts 7 s after A completes, no backoff
     m.check(step(DIAMOND, "D", ["B", "C"], 1))
+    crossing_flow(m)
     m.check(ops_more.start_flow("nope", {}))
     m.check(ops_more.start_flow(DIAMOND, None, sql_null=True))
     r1 = _run(m, DIAMOND, {"n": 1})
@@ -77,6 +78,35 @@ def diamond(m: Checker) -> None:
     m.check(ops_more.complete_task(r3, "D", {"d": True}))  # the run completes with D's output
     m.check(ops_more.fail_task(r3, "D", "too late"))  # a completed task: no change
     refusals(m, r3)
+    crossing_run(m)
+
+
+CROSSING = "V1x"
+
+
+def crossing_flow(m: Checker) -> None:
+    """A second v1 flow whose step names meet the diamond's with other dependencies (its D
+    depends on A, and E on D), defined before the diamond's runs: a dependency or a leaf looked
+    up by step name alone, without the flow, is a different step there. Its options differ from
+    each other (max_attempts 3, base_delay 1), so one read in place of the other shows."""
+    m.check(ops_more.create_flow(CROSSING, 3, 1, 30, "step"))
+    m.check(ops_more.add_step(CROSSING, "A"))
+    m.check(ops_more.add_step(CROSSING, "D", ["A"]))
+    m.check(ops_more.add_step(CROSSING, "E", ["D"]))
+
+
+def crossing_run(m: Checker) -> None:
+    """A's first failure is retried (3 attempts); a failure reported for A after it completed, on
+    a run still started, changes nothing; then the run completes with E's output."""
+    run = _run(m, CROSSING, {"x": 1})
+    _start(m, run, "A")
+    m.check(ops_more.fail_task(run, "A", "attempt 1 of 3"))
+    _start(m, run, "A")
+    m.check(ops_more.complete_task(run, "A", {"a": 1}))
+    m.check(ops_more.fail_task(run, "A", "after it completed"))  # the run is started: no change
+    for step in ("D", "E"):
+        _start(m, run, step)
+        m.check(ops_more.complete_task(run, step, {step.lower(): 1}))
 
 
 def refusals(m: Checker, run: str) -> None:
