@@ -19,7 +19,7 @@ from typing import Any
 from evidence_lib import OUTPUTS_DIR, PROJECT_ROOT, progress
 from evidence_lib.mutation import report, select
 from evidence_lib.mutation.history import DEFAULT
-from evidence_lib.mutation.sweep import Settings, Sweep, plan, run
+from evidence_lib.mutation.sweep import PARTS_BUDGET, Settings, Sweep, plan, run
 from evidence_lib.pg import servers
 from evidence_lib.scenarios.support.parts import migrated_template
 
@@ -146,8 +146,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--examples", type=int, default=2, help="seeded random histories per mutant in the model oracle")
     p.add_argument("--history", default="", help=f"verdicts to reuse and update (default {DEFAULT})")
     p.add_argument("--no-history", action="store_true", help="judge every mutant afresh, record nothing")
-    p.add_argument("--parts-budget", type=float, default=60.0, help="seconds of the candidate's part time tried per "
-                   "mutant the model leaves alive, likeliest parts first (0: every covering part)")
+    p.add_argument("--parts-budget", type=float, default=PARTS_BUDGET,
+                   help="seconds of the candidate's part time tried per mutant the model leaves alive, likeliest "
+                   "parts first (0: every covering part)")  # fmt: skip
     p.add_argument("--break-at", type=float, default=None, help="exit 1 when the score is below this percentage")
     p.add_argument("--out", default="", help="folder for mutation.json and the journal of verdicts; a run given the "
                    "folder of an interrupted run resumes it (default outputs/mutation-<UTC>-<rev12>)")

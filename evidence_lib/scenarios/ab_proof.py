@@ -220,7 +220,7 @@ def _gates(
 
 
 FALSY: list[Json] = [0, False, "", [], {}, None]
-POLL_DEADLINE = 15.0  # seconds the worker gets to settle the falsy runs (a liveness bound)
+POLL_DEADLINE = 3.0  # seconds the worker gets to settle the falsy runs (they take milliseconds; a liveness bound)
 
 
 def _falsy_results(result: ScenarioResult, url: str, mode: QueueMode) -> None:

@@ -26,7 +26,9 @@ from evidence_lib.workers.v2 import V2Worker
 from evidence_lib.workers.wakeups import LINGER_POLLS
 
 FALLBACK = 30.0  # every waiter's fallback poll: longer than any deadline below
-DEADLINE = 8.0  # seconds a lone run may take on wake-ups (it takes milliseconds)
+REGISTERED = 3.0  # seconds for every waiter to register (workers start, connect and LISTEN)
+DEADLINE = 3.0  # seconds a lone run may take on wake-ups (it takes milliseconds)
+STOPPED = 3.0  # seconds for every worker and the reconciler to stop after the request, together
 WORKERS_PER_QUEUE = 2
 
 
@@ -37,6 +39,17 @@ def _until(conn: Conn, query: str, want: int, what: str, timeout: float = DEADLI
         if time.monotonic() > deadline:
             raise WaitTimeout(f"{what}: not within {timeout:.0f} s")
         time.sleep(0.01)
+
+
+def _joined(threads: list[threading.Thread]) -> None:
+    """Every thread stopped within STOPPED seconds of the shutdown request (a worker that idles on
+    its 30 s fallback instead of its stop signal fails here in seconds, not at the part's deadline)."""
+    deadline = time.monotonic() + STOPPED
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    running = [t.name for t in threads if t.is_alive()]
+    if running:
+        raise WaitTimeout(f"still running {STOPPED:.0f} s after the shutdown request: {running}")
 
 
 def _reads(pool: list[V2Worker]) -> int:
@@ -55,14 +68,16 @@ def wakeups(result: ScenarioResult, url: str, mode: QueueMode) -> None:
             worker.timings = CallTimes()
             pool.append(worker)
     driver = Reconciler(url, idle_wait=FALLBACK, poll_interval=FALLBACK, name="wake_reconciler")
-    threads = [threading.Thread(target=w.__enter__().run, kwargs={"handle_signals": False}) for w in pool]
-    threads.append(threading.Thread(target=driver.run))
+    threads = [threading.Thread(target=w.__enter__().run, kwargs={"handle_signals": False}, name=f"worker {i}")
+               for i, w in enumerate(pool)]  # fmt: skip
+    threads.append(threading.Thread(target=driver.run, name="reconciler"))
     a_channel = f"engine_queue_{route(flow, 'A')}"
     with connect(url, application_name="wake_observer") as conn:
         for t in threads:
             t.start()
         try:
-            _until(conn, "select count(*) from engine.listeners", len(pool) + 1, "every waiter registered")
+            _until(conn, "select count(*) from engine.listeners", len(pool) + 1, "every waiter registered",
+                   REGISTERED)  # fmt: skip
             order = [int(r["pid"]) for r in rows(conn, "select pid from engine.listeners where channel = %s "
                                                        "order by listening_since, pid", (a_channel,))]  # fmt: skip
             reads_before = _reads(pool)
@@ -81,8 +96,7 @@ def wakeups(result: ScenarioResult, url: str, mode: QueueMode) -> None:
             for w in pool:
                 w.request_shutdown()
             driver.stop()
-            for t in threads:
-                t.join(FALLBACK)
+            _joined(threads)
     waiters = [w._waiter for w in pool if w._waiter is not None] + [driver.waiter]
     fallbacks = sum(w.fallbacks for w in waiters)
     result.gate(
