@@ -25,7 +25,7 @@ from evidence_lib.harness.waits import WaitTimeout, wait_for_backoff, wait_for_l
 from evidence_lib.pg.db import Conn, connect, one, rows
 from evidence_lib.plain import plain
 from evidence_lib.results.scenario import ScenarioResult
-from evidence_lib.scenarios import wakeups
+from evidence_lib.scenarios import wakeups, worker_paths
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, run_parts, single_database
 from evidence_lib.scenarios.support.setup import modes, scenario_server, timed
@@ -337,4 +337,6 @@ PARTS = [
     PartSpec("poison", single_database(_poison)),
     PartSpec("takeover_attention", single_database(_takeover_attention)),
     PartSpec("wakeups", single_database(wakeups.wakeups)),
+    PartSpec("followup", single_database(worker_paths.followup)),
+    PartSpec("operator_takeover", single_database(worker_paths.operator_takeover)),
 ]

@@ -25,6 +25,10 @@ def _v1_scope(name: str) -> Target:
     return Target("races", name, (f"{name}_transcript_matches_expected",))
 
 
+_OPERATOR = Target(
+    "reconciliation", "operator_takeover", ("an_expired_claim_is_taken_over_once_and_its_result_settles",)
+)
+
 SURVIVORS: tuple[Control, ...] = (
     Control(
         "test_clock_obeyed_for_any_login",
@@ -161,5 +165,19 @@ SURVIVORS: tuple[Control, ...] = (
         "every started run)",
         (_v1_scope("v1_requeue_beside_a_run"),),
         generated="1e4aacf466e9",
+    ),
+    Control(
+        "worker_followup_never_reconciles",
+        "issue 33: a worker given reconcile_url reconciles the runs it settles (its follow-up loop skipping "
+        "every batch leaves them dirty with no standalone reconciler)",
+        (Target("reconciliation", "followup", ("runs_complete_with_the_workers_own_reconciler",)),),
+        generated="ed2319da8fbc",
+    ),
+    Control(
+        "operator_takeover_dry_run_inverted",
+        "the controlled takeover an operator runs (CONTRACT 5, v2_take_over) lists with --dry-run and takes "
+        "over without it (the condition inverted: the dry run takes over, the real run only lists)",
+        (_OPERATOR,),
+        generated="0f1731ca08c2",
     ),
 )
