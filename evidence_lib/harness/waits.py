@@ -3,11 +3,16 @@ nothing between sessions (orderings are forced by locks, see `sessions`)."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from evidence_lib.errors import EvidenceError
 from evidence_lib.pg.db import Conn, one
+
+T = TypeVar("T")
 
 
 class WaitTimeout(EvidenceError):
@@ -50,3 +55,25 @@ def wait_for_backoff(conn: Conn, run_id: UUID, timeout: float = 90.0) -> None:
         if time.monotonic() > deadline:
             raise WaitTimeout(f"backoff of run {run_id} did not pass within {timeout}s")
         time.sleep(min(float(left) + 0.01, 1.0))  # lets the backoff pass
+
+
+def bounded(call: Callable[[], T], seconds: float, what: str) -> T:
+    """`call()` in a thread of its own, given `seconds` to return (a liveness guard: a worker call
+    that blocks for ever fails here in seconds, named, instead of at the part's deadline). Its
+    exception is raised here; a call still running is left to its daemon thread."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"bounded: {what}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise WaitTimeout(f"{what}: did not return within {seconds:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return cast(T, box["value"])

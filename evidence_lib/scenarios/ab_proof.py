@@ -15,12 +15,14 @@ from evidence_lib.engine.flows import AnyFlow, Flow, QueueMode, compile_flow, ro
 from evidence_lib.engine.jsontypes import Json
 from evidence_lib.harness.ab_flow import ABSteps, define_ab, read_step_message, step_of
 from evidence_lib.harness.faults import LostAckProxy, xact_status
+from evidence_lib.harness.waits import bounded
 from evidence_lib.pg.db import Conn, connect, one, rows
 from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, run_parts, single_database
 from evidence_lib.scenarios.support.readback import run_state
 from evidence_lib.scenarios.support.setup import modes, scenario_server, timed
+from evidence_lib.workers.config import WorkerConfig
 from evidence_lib.workers.v2 import V2Worker
 
 SCENARIO = "01_ab_proof"
@@ -230,10 +232,11 @@ def _falsy_results(result: ScenarioResult, url: str, mode: QueueMode) -> None:
         flow = _falsy_flow(mode)
         compile_flow(conn, flow)
         runs = [v2.start_run(conn, "falsy", {"value": value}) for value in FALSY]
-        with V2Worker.serving(url, flow, step_of(flow, "A"), name="falsy_worker") as worker:
+        quick = WorkerConfig(shutdown_grace=1.0)  # a handler stuck in a broken worker is not waited for
+        with V2Worker.serving(url, flow, step_of(flow, "A"), name="falsy_worker", config=quick) as worker:
             deadline = time.monotonic() + POLL_DEADLINE
             while worker.stats.verdicts["accepted"] < len(runs) and time.monotonic() < deadline:
-                worker.poll(wait_for_handlers=True)
+                bounded(lambda: worker.poll(wait_for_handlers=True), POLL_DEADLINE, "the falsy worker's poll")
         found = rows(
             conn,
             "select r.input->'value' as returned, s.result as settled, "

@@ -15,6 +15,7 @@ from evidence_lib.engine.queues import step_queue_name
 from evidence_lib.engine.sqlstates import SqlState
 from evidence_lib.harness.ab_flow import define_ab, read_step_message
 from evidence_lib.harness.snapshots import attempt, diff, snapshot
+from evidence_lib.harness.waits import bounded
 from evidence_lib.pg import db, migrate
 from evidence_lib.pg.db import Server, connect, one, rows
 from evidence_lib.results.scenario import ScenarioResult
@@ -22,7 +23,7 @@ from evidence_lib.scenarios.queue_identity_races import concurrent_definitions
 from evidence_lib.scenarios.support import consistency
 from evidence_lib.scenarios.support.parts import PartSpec, candidate_databases, modeless, run_parts
 from evidence_lib.scenarios.support.setup import scenario_server
-from evidence_lib.workers.config import StepSelectorError
+from evidence_lib.workers.config import StepSelectorError, WorkerConfig
 from evidence_lib.workers.reconciler import Reconciler
 from evidence_lib.workers.v1 import Worker
 from evidence_lib.workers.v2 import V2Worker
@@ -132,6 +133,9 @@ def _identity(result: ScenarioResult, url: str) -> None:
         )
 
 
+POLL_BOUND = 3.0  # seconds one poll may take, its handlers and settlements included (milliseconds here)
+
+
 def _big_ids(result: ScenarioResult, url: str) -> None:
     big = 2**53 + 1
     with connect(url) as conn:
@@ -139,10 +143,11 @@ def _big_ids(result: ScenarioResult, url: str) -> None:
         conn.execute(f"alter table pgmq.q_big__a alter column msg_id restart with {big}")  # setup only
         conn.execute(f"alter table pgmq.q_big__b alter column msg_id restart with {big + 2}")
         run_id = v2.start_run(conn, "big", {"x": 1})
-        with V2Worker.serving(url, flow, "A") as wa, V2Worker.serving(url, flow, "B") as wb:
-            wa.poll(wait_for_handlers=True)
+        quick = WorkerConfig(shutdown_grace=1.0)  # a handler stuck in a broken worker is not waited for
+        with V2Worker.serving(url, flow, "A", config=quick) as wa, V2Worker.serving(url, flow, "B", config=quick) as wb:
+            bounded(lambda: wa.poll(wait_for_handlers=True), POLL_BOUND, "worker A's poll")
             Reconciler(url).drain()
-            wb.poll(wait_for_handlers=True)
+            bounded(lambda: wb.poll(wait_for_handlers=True), POLL_BOUND, "worker B's poll")
             Reconciler(url).drain()
         seen = [s.claim_id for s in wa.stats.settlements + wb.stats.settlements]
         ids = rows(
