@@ -77,3 +77,14 @@ def bounded(call: Callable[[], T], seconds: float, what: str) -> T:
     if "error" in box:
         raise box["error"]
     return cast(T, box["value"])
+
+
+def joined(threads: list[threading.Thread], seconds: float) -> None:
+    """Every thread stopped within `seconds` of the shutdown request, all together (a worker that
+    idles on a long fallback instead of its stop signal fails here in seconds, named)."""
+    deadline = time.monotonic() + seconds
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    running = [t.name for t in threads if t.is_alive()]
+    if running:
+        raise WaitTimeout(f"still running {seconds:.0f} s after the shutdown request: {running}")

@@ -16,7 +16,7 @@ import time
 from evidence_lib.engine import v2
 from evidence_lib.engine.flows import QueueMode, route
 from evidence_lib.harness.ab_flow import define_ab, step_of
-from evidence_lib.harness.waits import WaitTimeout
+from evidence_lib.harness.waits import WaitTimeout, joined
 from evidence_lib.pg.db import Conn, connect, one, rows
 from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.workers.config import WorkerConfig
@@ -39,17 +39,6 @@ def _until(conn: Conn, query: str, want: int, what: str, timeout: float = DEADLI
         if time.monotonic() > deadline:
             raise WaitTimeout(f"{what}: not within {timeout:.0f} s")
         time.sleep(0.01)
-
-
-def _joined(threads: list[threading.Thread]) -> None:
-    """Every thread stopped within STOPPED seconds of the shutdown request (a worker that idles on
-    its 30 s fallback instead of its stop signal fails here in seconds, not at the part's deadline)."""
-    deadline = time.monotonic() + STOPPED
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    running = [t.name for t in threads if t.is_alive()]
-    if running:
-        raise WaitTimeout(f"still running {STOPPED:.0f} s after the shutdown request: {running}")
 
 
 def _reads(pool: list[V2Worker]) -> int:
@@ -96,7 +85,7 @@ def wakeups(result: ScenarioResult, url: str, mode: QueueMode) -> None:
             for w in pool:
                 w.request_shutdown()
             driver.stop()
-            _joined(threads)
+            joined(threads, STOPPED)
     waiters = [w._waiter for w in pool if w._waiter is not None] + [driver.waiter]
     fallbacks = sum(w.fallbacks for w in waiters)
     result.gate(

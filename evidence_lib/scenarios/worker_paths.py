@@ -18,7 +18,7 @@ import time
 from evidence_lib.engine import v2
 from evidence_lib.engine.flows import QueueMode, route
 from evidence_lib.harness.ab_flow import define_ab, read_step_message, step_of
-from evidence_lib.harness.waits import WaitTimeout, wait_for_lease_expiry
+from evidence_lib.harness.waits import joined, wait_for_lease_expiry
 from evidence_lib.pg.db import connect, one, rows
 from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios.support import consistency
@@ -46,18 +46,15 @@ def followup(result: ScenarioResult, url: str, mode: QueueMode) -> None:
         deadline = time.monotonic() + DEADLINE
         try:
             while int(one(conn, done)) < RUNS and time.monotonic() < deadline:
-                time.sleep(0.02)
+                time.sleep(0.02)  # poll the runs' state, bounded by DEADLINE (liveness, not an ordering)
         finally:
             for w in pool:
                 w.request_shutdown()
-            stop_by = time.monotonic() + STOPPED
-            for t in threads:
-                t.join(max(0.0, stop_by - time.monotonic()))
-            for w in pool:
-                w.__exit__(None, None, None)
-        running = [t.name for t in threads if t.is_alive()]
-        if running:
-            raise WaitTimeout(f"still running {STOPPED:.0f} s after the shutdown request: {running}")
+            try:
+                joined(threads, STOPPED)
+            finally:
+                for w in pool:
+                    w.__exit__(None, None, None)
         completed = int(one(conn, done))
         reconciles = rows(
             conn,
