@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from evidence_lib.bench.costs import WaitSampler, WalWindow, WindowCosts
 from evidence_lib.bench.participants import Spec, run_case
 from evidence_lib.pg.db import Server, connect, one
 from evidence_lib.workers.timing import CallTimes
@@ -79,32 +80,64 @@ class ServerCpu:
         return total
 
 
+SUB_WINDOW = 0.5  # seconds: the window is read in pieces of this length (the rate's steadiness)
+STEADY = 0.10  # two consecutive warm-up pieces within 10 % of each other: the rate has settled
+
+
+def _settle(conn: Any, count_sql: str, warmup: float) -> tuple[float, bool]:
+    """Warm up for at least `warmup` s (its last two SUB_WINDOW pieces read), then until two
+    consecutive pieces' rates are within STEADY of each other, for at most `warmup` s more.
+    Returns the warm-up's length and whether the rate settled (a case that never settles is
+    measured anyway, and says so)."""
+    t0 = time.perf_counter()
+    time.sleep(max(0.0, warmup - 2 * SUB_WINDOW))  # processes connected, plans cached (not an ordering)
+    last, before, rates = int(one(conn, count_sql)), time.perf_counter(), []
+    while time.perf_counter() - t0 < 2 * warmup:
+        time.sleep(SUB_WINDOW)  # a piece of the warm-up (a measurement, not an ordering)
+        now, at = int(one(conn, count_sql)), time.perf_counter()
+        rates.append((now - last) / (at - before))
+        last, before = now, at
+        if len(rates) >= 2 and abs(rates[-1] - rates[-2]) <= STEADY * max(rates[-1], rates[-2], 1e-9):
+            return time.perf_counter() - t0, True
+    return time.perf_counter() - t0, False
+
+
 def measure(
     server: Server, url: str, specs: list[Spec], count_sql: str, warmup: float, seconds: float
 ) -> dict[str, Any]:
-    """Run the participants, warm up, then measure a window: units done (read back with
-    `count_sql`), every call's latency, the server's, the clients' and everything else's CPU."""
-    cpu = ServerCpu(server)
+    """Run the participants, warm up until the rate settles, then measure a window in pieces:
+    units done (read back with `count_sql`), every call's latency, the server's, the clients'
+    and everything else's CPU, and what the window cost the server (`bench.costs`: WAL, commits,
+    row locks, lock waits)."""
+    cpu, wal, costs = ServerCpu(server), WalWindow(url), WindowCosts()
     with run_case(url, specs) as (handle, finish), connect(url, application_name="perf_window") as conn:
-        time.sleep(warmup)  # warm-up: processes connected, plans cached (not an ordering)
+        warmed, steady = _settle(conn, count_sql, warmup)
         handle.reset.set()
-        since = one(conn, "select clock_timestamp()")
-        units0, cpu0, client0, t0, all0 = (
-            int(one(conn, count_sql)),
-            cpu.seconds(),
-            handle.cpu_seconds(),
-            time.perf_counter(),
-            _machine_cpu(),
-        )
-        time.sleep(seconds)  # the measuring window
-        units1, cpu1, client1, t1, all1 = (
-            int(one(conn, count_sql)),
-            cpu.seconds(),
-            handle.cpu_seconds(),
-            time.perf_counter(),
-            _machine_cpu(),
-        )
-        until = one(conn, "select clock_timestamp()")
+        wal.start()
+        with WaitSampler(url, costs):
+            since = one(conn, "select clock_timestamp()")
+            units0, cpu0, client0, t0, all0 = (
+                int(one(conn, count_sql)),
+                cpu.seconds(),
+                handle.cpu_seconds(),
+                time.perf_counter(),
+                _machine_cpu(),
+            )
+            pieces, last, before = [], units0, t0
+            while (left := t0 + seconds - time.perf_counter()) > 0:
+                time.sleep(min(SUB_WINDOW, left))  # a piece of the measuring window
+                now, at = int(one(conn, count_sql)), time.perf_counter()
+                pieces.append((now - last) / (at - before))
+                last, before = now, at
+            units1, cpu1, client1, t1, all1 = (
+                last,
+                cpu.seconds(),
+                handle.cpu_seconds(),
+                before,
+                _machine_cpu(),
+            )
+            until = one(conn, "select clock_timestamp()")
+        wal.stop(costs)
         calls, errors = finish()
     return {
         "units": units1 - units0,
@@ -117,6 +150,10 @@ def measure(
         "foreign_cpu": None
         if cpu0 is None or cpu1 is None
         else max(0.0, (all1 - all0) - (cpu1 - cpu0) - (client1 - client0)),
+        "warmup_s": warmed,
+        "steady": steady,
+        "piece_rates": pieces,
+        "costs": costs,
     }
 
 
@@ -136,7 +173,8 @@ def _result(case: str, workers: int, unit: str, specs: list[Spec], out: dict[str
         out["calls"],
         out["server_cpu"],
         len(specs),
-        {"client_cpu_s": out["client_cpu"], "errors": out["errors"], "window": out["window"]},
+        {key: out[key] for key in ("errors", "window", "warmup_s", "steady", "piece_rates", "costs")}
+        | {"client_cpu_s": out["client_cpu"]},
     )
 
 

@@ -35,6 +35,7 @@ def run(
     workers: str = "1,2,4,8",
     seconds: float = 1.0,
     pool_repetitions: int = 3,
+    pool_budget: float = 0.0,
     lone_runs: int = 40,
     idle_seconds: float = 5.0,
     backlog: int = 3_000,
@@ -61,6 +62,7 @@ def run(
             "workers": workers,
             "seconds": seconds,
             "pool_repetitions": pool_repetitions,
+            "pool_budget": pool_budget,
             "lone_runs": lone_runs,
             "idle_seconds": idle_seconds,
             "backlog": backlog,
@@ -94,7 +96,8 @@ def run(
             lambda: history(result, server, growth_points, compare_seconds),
             lambda: _phases_under_load(result, server, max(int(w) for w in workers.split(",")), seconds, hooks),
             lambda: performance_scale.run_scale(
-                result, server, workers, seconds, pool_repetitions, anchor_version, lone_runs, idle_seconds
+                result, server, workers, seconds, pool_repetitions, anchor_version, lone_runs, idle_seconds,
+                pool_budget,
             ),
             lambda: _starvation(result, server, backlog, probes, a_ms),
             lambda: _soak(result, server, queue_modes, soak_runs, soak_workers, soak_reconcilers, fault_rate, hooks),

@@ -13,11 +13,12 @@ from __future__ import annotations
 import contextlib
 import math
 import statistics
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from evidence_lib import progress
-from evidence_lib.bench import anchor, pools
+from evidence_lib.bench import anchor, intervals, pools
 from evidence_lib.bench.pools import System
 from evidence_lib.bench.throughput import Throughput, raw_pgmq
 from evidence_lib.pg import db, migrate
@@ -96,41 +97,71 @@ def _window_latency(url: str, case: Case, t: Throughput) -> dict[str, float | No
     return percentiles([float(ms) for (ms,) in found])
 
 
+def _sample(rep: int, case: Case, n: int, t: Throughput, latency: dict[str, float | None]) -> dict[str, Any]:
+    """One measurement: throughput, latency at peak, and what each unit cost (client and server
+    CPU, round trips, and from the WAL and wait-event sampling: commits, row locks, lock waits)."""
+    costs = t.extra["costs"]
+    pieces = t.extra["piece_rates"]
+    spread = (max(pieces) - min(pieces)) / statistics.median(pieces) if len(pieces) > 1 and min(pieces) > 0 else None
+    client = t.extra["client_cpu_s"] * 1000 / t.units if t.units else None
+    return {
+        "repetition": rep, "system": case, "workers": n, "units_per_s": t.per_second,
+        "round_trips_per_unit": t.round_trips_per_unit, "server_cpu_ms_per_unit": t.cpu_ms_per_unit,
+        "client_cpu_ms_per_unit": client, **costs.per_unit(t.units),
+        "latency_p50_ms": latency["p50"], "latency_p95_ms": latency["p95"], "latency_p99_ms": latency["p99"],
+        "warmup_s": round(t.extra["warmup_s"], 2), "steady": t.extra["steady"],
+        "window_spread": None if spread is None else round(spread, 3),
+        "errors": "; ".join(t.extra["errors"]), "units": t.units, "costs_note": costs.note,
+    }  # fmt: skip
+
+
 def measure_pools(
-    result: ScenarioResult, server: Server, templates: Templates, counts: list[int], seconds: float, repetitions: int
+    result: ScenarioResult,
+    server: Server,
+    templates: Templates,
+    counts: list[int],
+    seconds: float,
+    repetitions: int,
+    budget: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """Every case at every worker count, `repetitions` times, interleaved; one row per measurement."""
+    """Every case at every worker count, interleaved, `repetitions` times; then, while `budget`
+    seconds are not spent, more repetitions as long as a ratio's 95 % interval is wider than
+    +-10 % (`bench.intervals.pool_ratios`). One row per measurement."""
     samples: list[dict[str, Any]] = []
-    total, done = repetitions * len(counts) * len(CASES), 0
-    for rep in range(repetitions):
+    started, rep = time.monotonic(), 0
+    while rep < repetitions or (
+        time.monotonic() - started < budget and not all(r["precise"] for r in intervals.pool_ratios(samples))
+    ):
+        total = max(repetitions, rep + 1) * len(counts) * len(CASES)
         for n in counts:
             order = CASES[rep % len(CASES):] + CASES[: rep % len(CASES)]  # fmt: skip
             for case in order:
-                progress.report("worker pools, interleaved", done, total, unit="cases")
-                done += 1
+                progress.report("worker pools, interleaved", len(samples), total, unit="cases")
                 with templates.clone(case) as url:
                     if url is None:
                         continue
                     t = _measure(server, url, case, n, seconds)
                     latency = _window_latency(url, case, t)
-                samples.append({
-                    "repetition": rep, "system": case, "workers": n, "units_per_s": t.per_second,
-                    "round_trips_per_unit": t.round_trips_per_unit, "server_cpu_ms_per_unit": t.cpu_ms_per_unit,
-                    "latency_p50_ms": latency["p50"], "latency_p95_ms": latency["p95"],
-                    "latency_p99_ms": latency["p99"], "errors": "; ".join(t.extra["errors"]), "units": t.units,
-                })  # fmt: skip
+                samples.append(_sample(rep, case, n, t, latency))
                 result.gate(
                     "every pool case did work without errors",
                     t.units > 0 and not t.extra["errors"],
                     f"{case} at {n}: {t.units} {t.unit} in {t.seconds:.1f} s; errors: {t.extra['errors'][:2]}",
                     point=f"{case}@{n}#{rep}",
                 )
+        rep += 1
     return samples
 
 
 def _median(values: list[Any]) -> float | None:
     clean = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     return statistics.median(clean) if clean else None
+
+
+MEDIANS = ("units_per_s", "round_trips_per_unit", "server_cpu_ms_per_unit", "client_cpu_ms_per_unit",
+           "commits_per_unit", "wal_bytes_per_unit", "row_locks_per_unit", "rows_inserted_per_unit",
+           "rows_updated_per_unit", "hot_update_share", "lock_wait_share", "latency_p50_ms", "latency_p95_ms",
+           "latency_p99_ms", "window_spread")  # fmt: skip
 
 
 def medians(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -140,8 +171,7 @@ def medians(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for system, n in keys:
         mine = [s for s in samples if (s["system"], s["workers"]) == (system, n)]
         row: dict[str, Any] = {"system": system, "workers": n, "repetitions": len(mine)}
-        for key in ("units_per_s", "round_trips_per_unit", "server_cpu_ms_per_unit", "latency_p50_ms",
-                    "latency_p95_ms", "latency_p99_ms"):  # fmt: skip
+        for key in MEDIANS:
             value = _median([s[key] for s in mine])
             row[key] = None if value is None else round(value, 2)
         out.append(row)
@@ -189,16 +219,23 @@ def idle(templates: Templates, workers: int, seconds: float) -> list[dict[str, A
 
 
 def run_scale(result: ScenarioResult, server: Server, workers: str, seconds: float, repetitions: int,
-              anchor_version: str, lone_runs: int, idle_seconds: float) -> None:  # fmt: skip
+              anchor_version: str, lone_runs: int, idle_seconds: float, budget: float = 0.0) -> None:  # fmt: skip
     """The pools, interleaved; then latency and idle cost (perf.json is written by `finish`)."""
     counts = [int(w) for w in workers.split(",") if w.strip()]
     templates = Templates(server, anchor_version)
     try:
         if templates.anchor_note:
             result.notes.append(f"anchor pool not measured: {templates.anchor_note}")
-        samples = measure_pools(result, server, templates, counts, seconds, repetitions)
+        samples = measure_pools(result, server, templates, counts, seconds, repetitions, budget)
         result.table("pools_samples", samples)
         table = result.table("pools", medians(samples)).to_dict("records")
+        ratios = result.table("pool_ratios", intervals.pool_ratios(samples)).to_dict("records")
+        wide = [f"{r['ratio']} at {r['workers']}: {r['shown']}" for r in ratios if not r["precise"]]
+        if wide:
+            result.notes.append(f"pool ratios wider than +-{intervals.PRECISION:.0%} after "
+                                f"{max(r['pairs'] for r in ratios)} repetitions: " + "; ".join(wide))  # fmt: skip
+        for note in sorted({s["costs_note"] for s in samples if s["costs_note"]}):
+            result.notes.append(f"worker pools: {note}")
         top = max(counts)
         peaks = {r["system"]: r["units_per_s"] or 0.0 for r in table if r["workers"] == top}
         result.table("latency_end_to_end", latencies(server, templates, peaks, top, lone_runs, seconds * 2))
