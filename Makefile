@@ -21,6 +21,11 @@ SHARD ?=
 OBJECTS ?=
 SHARDS ?=
 LOAD ?=
+# the full performance study (make perf): every pool size, the polling pools, the anchor's idle pool,
+# the plain-client comparison, history growth and the long soaks; repeats until every ratio's 95 %
+# interval is within +-10 % or ten minutes of pools are spent
+PERF_PARAMS := workers=1,2,4,8 seconds=2 pool_repetitions=3 pool_budget=600 pool_systems=raw,anchor,v1,v2,v2_polling \
+  idle_systems=v2,anchor lone_runs=40 soak_runs=400 restart_runs=150 compare_repetitions=3 growth_points=0,10000,100000
 # pytest processes (pytest-xdist), each with its own throwaway server: the suite mostly waits on
 # locks, leases and sessions, so three beat two even on 2 cores
 TEST_WORKERS ?= 3
@@ -29,7 +34,7 @@ ifneq ($(strip $(PG)),)
 export EVIDENCE_PG := $(strip $(PG))
 endif
 
-.PHONY: help setup test lint check-schema pytest pgtap evidence matrix compare races races-accept example bench mutation merge lab clean
+.PHONY: help setup test lint check-schema pytest pgtap evidence matrix compare races races-accept example bench perf mutation merge lab clean
 
 help: ## list the targets
 	@echo "Dirty Runs evidence: make <target>"
@@ -83,8 +88,10 @@ races-accept: $(STAMP) ## rewrite tests/expected/races/*.out from a run (review 
 example: $(STAMP) ## run the moderation example end to end (plain flow, then private step queues)
 	$(BIN)/python -m examples.moderation
 
-bench: $(STAMP) ## benchmark: raw PGMQ vs the engine on one server, one run
+bench: $(STAMP) ## benchmark: raw PGMQ vs the engine on one server, one run (printed, no bundle)
 	$(BIN)/python -m evidence_lib bench
+perf: $(STAMP) ## the full performance study as a bundle of its own (every pool size, soaks, history; ~12 min); make compare reads it
+	$(BIN)/python -m evidence_lib evidence --scenarios performance --jobs 1 --cell-timeout 3600 $(foreach p,$(PERF_PARAMS),-p $(p)) $(foreach p,$(PARAMS),-p $(p))
 
 mutation: $(STAMP) ## the full mutation sweep into outputs/mutation-*/ (JOBS=2 PART_JOBS=4 SINCE=origin/main SHARD=1/4 OBJECTS=v2_claim)
 	$(BIN)/python -m evidence_lib mutation --jobs $(JOBS) $(if $(PART_JOBS),--part-jobs $(PART_JOBS)) $(if $(SINCE),--since $(SINCE)) $(if $(SHARD),--shard $(SHARD)) $(if $(OBJECTS),--objects $(OBJECTS))

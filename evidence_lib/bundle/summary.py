@@ -12,8 +12,8 @@ from typing import Any
 from evidence_lib.bundle.runs import NotebookRun, overall_verdict, server_text, stamp_text
 
 # scenario stem -> the table whose rows are its headline ratios
-HEADLINE_TABLES = {"07_performance": "comparison_ratios"}
-HEADLINE_COLUMNS = ("connections", "v2_over_anchor", "v2_over_v1", "v2_over_bound", "v2_cpu_ms_per_run")
+HEADLINE_TABLES = {"07_performance": "pool_ratios"}
+HEADLINE_COLUMNS = ("workers", "ratio", "shown", "half_width_pct", "precise")
 MAX_LINES = 60
 
 

@@ -15,6 +15,7 @@ import math
 import statistics
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from evidence_lib import progress
@@ -123,6 +124,7 @@ def measure_pools(
     seconds: float,
     repetitions: int,
     budget: float = 0.0,
+    cases: tuple[Case, ...] = CASES,
 ) -> list[dict[str, Any]]:
     """Every case at every worker count, interleaved, `repetitions` times; then, while `budget`
     seconds are not spent, more repetitions as long as a ratio's 95 % interval is wider than
@@ -132,9 +134,9 @@ def measure_pools(
     while rep < repetitions or (
         time.monotonic() - started < budget and not all(r["precise"] for r in intervals.pool_ratios(samples))
     ):
-        total = max(repetitions, rep + 1) * len(counts) * len(CASES)
+        total = max(repetitions, rep + 1) * len(counts) * len(cases)
         for n in counts:
-            order = CASES[rep % len(CASES):] + CASES[: rep % len(CASES)]  # fmt: skip
+            order = cases[rep % len(cases):] + cases[: rep % len(cases)]  # fmt: skip
             for case in order:
                 progress.report("worker pools, interleaved", len(samples), total, unit="cases")
                 with templates.clone(case) as url:
@@ -183,7 +185,7 @@ def latencies(server: Server, templates: Templates, peaks: dict[str, float], wor
     """End-to-end A -> B latency: one run at a time (1 worker), and paced at half of each
     system's peak at `workers` workers."""
     out: list[dict[str, Any]] = []
-    for system in LONE:
+    for system in (s for s in LONE if s in peaks):
         progress.report(f"latency: {system}")
         with templates.clone(system) as url:
             if url is None:
@@ -202,10 +204,9 @@ def latencies(server: Server, templates: Templates, peaks: dict[str, float], wor
     return out
 
 
-def idle(templates: Templates, workers: int, seconds: float) -> list[dict[str, Any]]:
+def idle(templates: Templates, workers: int, seconds: float, systems: tuple[System, ...]) -> list[dict[str, Any]]:
     out = []
-    idle_systems: tuple[System, ...] = ("v2", "anchor")
-    for system in idle_systems:
+    for system in systems:
         progress.report(f"idle pool: {system}")
         with templates.clone(system) as url:
             if url is None:
@@ -218,15 +219,40 @@ def idle(templates: Templates, workers: int, seconds: float) -> list[dict[str, A
     return out
 
 
-def run_scale(result: ScenarioResult, server: Server, workers: str, seconds: float, repetitions: int,
-              anchor_version: str, lone_runs: int, idle_seconds: float, budget: float = 0.0) -> None:  # fmt: skip
+def cases_of(spec: str) -> tuple[Case, ...]:
+    """"raw,anchor,v1,v2" -> the cases in CASES order ("v2_polling" is "v2 polling"); an unknown
+    name is an error that names it."""
+    wanted = [w.strip().replace("_", " ") for w in spec.split(",") if w.strip()]
+    unknown = [w for w in wanted if w not in CASES]
+    if unknown:
+        raise ValueError(f"unknown pool system(s) {', '.join(unknown)}: choose among {', '.join(CASES)}")
+    return tuple(c for c in CASES if c in wanted)
+
+
+@dataclass(frozen=True)
+class ScalePlan:
+    """What the worker pools part measures (the bundle's budgeted plan, or `make perf`'s study)."""
+
+    workers: str = "2,8"
+    seconds: float = 1.0
+    repetitions: int = 2
+    budget: float = 0.0  # seconds the pools may spend, repeating until every ratio is precise
+    systems: str = "raw,anchor,v1,v2"
+    idle_systems: str = "v2"
+    lone_runs: int = 30
+    idle_seconds: float = 5.0
+
+
+def run_scale(result: ScenarioResult, server: Server, plan: ScalePlan, anchor_version: str) -> None:
     """The pools, interleaved; then latency and idle cost (perf.json is written by `finish`)."""
-    counts = [int(w) for w in workers.split(",") if w.strip()]
+    counts = [int(w) for w in plan.workers.split(",") if w.strip()]
+    cases = cases_of(plan.systems)
+    seconds = plan.seconds
     templates = Templates(server, anchor_version)
     try:
         if templates.anchor_note:
             result.notes.append(f"anchor pool not measured: {templates.anchor_note}")
-        samples = measure_pools(result, server, templates, counts, seconds, repetitions, budget)
+        samples = measure_pools(result, server, templates, counts, seconds, plan.repetitions, plan.budget, cases)
         result.table("pools_samples", samples)
         table = result.table("pools", medians(samples)).to_dict("records")
         ratios = result.table("pool_ratios", intervals.pool_ratios(samples)).to_dict("records")
@@ -234,12 +260,15 @@ def run_scale(result: ScenarioResult, server: Server, workers: str, seconds: flo
         if wide:
             result.notes.append(f"pool ratios wider than +-{intervals.PRECISION:.0%} after "
                                 f"{max(r['pairs'] for r in ratios)} repetitions: " + "; ".join(wide))  # fmt: skip
+        result.headline = "worker pools: " + "; ".join(
+            f"{r['ratio']} at {r['workers']} {r['shown']}" for r in ratios if r["ratio"] != "v2 / raw bound")
         for note in sorted({s["costs_note"] for s in samples if s["costs_note"]}):
             result.notes.append(f"worker pools: {note}")
         top = max(counts)
         peaks = {r["system"]: r["units_per_s"] or 0.0 for r in table if r["workers"] == top}
-        result.table("latency_end_to_end", latencies(server, templates, peaks, top, lone_runs, seconds * 2))
-        result.table("idle_pool", idle(templates, top, idle_seconds))
+        result.table("latency_end_to_end", latencies(server, templates, peaks, top, plan.lone_runs, seconds * 2))
+        idle_cases = tuple(c for c in cases_of(plan.idle_systems) if c != "raw")
+        result.table("idle_pool", idle(templates, top, plan.idle_seconds, idle_cases))  # type: ignore[arg-type]
     finally:
         templates.close()
     performance_charts.pool_charts(result)
