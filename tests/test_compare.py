@@ -76,3 +76,27 @@ def test_a_path_that_is_not_a_bundle_is_refused(tmp_path: Path, capsys: pytest.C
     (tmp_path / "other" / "manifest.json").write_text("{}")
     assert main(["compare", str(tmp_path / "other"), str(good)]) == 1
     assert "is not a bundle manifest" in capsys.readouterr().err
+
+
+def _pools(folder: Path, v2_rates: list[float], shown: str) -> None:
+    rows = ["repetition,system,workers,units_per_s"]
+    for rep, rate in enumerate(v2_rates):
+        rows += [f"{rep},v2,8,{rate}", f"{rep},raw,8,1000"]
+    (folder / "tables" / "07_performance__pools_samples.csv").write_text("\n".join(rows) + "\n")
+    (folder / "tables" / "07_performance__pool_ratios.csv").write_text(
+        f"workers,ratio,value,shown\n8,v2 / v1,0.7,\"{shown}\"\n")
+
+
+def test_the_worker_pools_of_a_bundle_are_compared_with_their_ratios(tmp_path: Path) -> None:
+    """A bundle without the plain-client comparison (the budgeted plan) still compares: the pools'
+    repetitions as median [min-max], and the pools' ratios with their intervals."""
+    old = bundle(tmp_path, "old", {}, [], "a")
+    new = bundle(tmp_path, "new", {}, [], "a")
+    _pools(old, [300, 310, 320], "0.62 [0.60, 0.65]")
+    _pools(new, [400, 410, 420], "0.81 [0.78, 0.84]")
+    c = compare_bundles(old, new)
+    judged = {(p.connections, p.system): p for p in c.perf}
+    assert judged["8 workers", "pool v2"].judged == "faster" and judged["8 workers", "pool v2"].old[0] == 310
+    assert judged["8 workers", "pool raw"].judged == "within noise"
+    assert ("8 workers", "pools v2 / v1", "0.62 [0.60, 0.65]", "0.81 [0.78, 0.84]") in c.ratios
+    assert "pools v2 / v1" in to_markdown(c)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import html
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from evidence_lib.bundle.writer import load_manifest
 PERF_TABLE = "07_performance__comparison.csv"
 RATIO_TABLE = "07_performance__comparison_ratios.csv"
 RATIOS = ("v2_over_anchor", "v2_over_v1", "v2_over_bound")
+POOL_SAMPLES = "07_performance__pools_samples.csv"  # the worker pools, one row per measurement
+POOL_RATIOS = "07_performance__pool_ratios.csv"  # the pools' paired ratios with their intervals
 
 
 @dataclass
@@ -123,8 +126,23 @@ def _read_perf(bundle: Path) -> dict[tuple[str, str, str], tuple[float, float, f
     return out
 
 
+def _read_pools(bundle: Path) -> dict[tuple[str, str, str], tuple[float, float, float]]:
+    """The worker pools' repetitions as (median, min, max) per (folder, "N workers", "pool <system>")."""
+    rates: dict[tuple[str, str, str], list[float]] = {}
+    for path in sorted(bundle.glob(f"**/tables/{POOL_SAMPLES}")):
+        where = str(path.parent.parent.relative_to(bundle)).replace(".", "")
+        with path.open(newline="") as source:
+            for row in csv.DictReader(source):
+                try:
+                    rate = float(row["units_per_s"])
+                except (KeyError, ValueError):
+                    continue
+                rates.setdefault((where, f"{row['workers']} workers", f"pool {row['system']}"), []).append(rate)
+    return {k: (statistics.median(v), min(v), max(v)) for k, v in rates.items()}
+
+
 def _perf(old: Path, new: Path) -> list[PerfDelta]:
-    a, b = _read_perf(old), _read_perf(new)
+    a, b = _read_perf(old) | _read_pools(old), _read_perf(new) | _read_pools(new)
     return [PerfDelta(k[0], k[1], k[2], a[k], b[k]) for k in a if k in b]
 
 
@@ -135,6 +153,10 @@ def _ratios(old: Path, new: Path) -> list[tuple[str, str, str, str]]:
             with path.open(newline="") as source:
                 for row in csv.DictReader(source):
                     out.update({(row.get("connections", ""), k): row.get(k, "") for k in RATIOS})
+        for path in sorted(bundle.glob(f"**/tables/{POOL_RATIOS}")):
+            with path.open(newline="") as source:
+                for row in csv.DictReader(source):  # a pool ratio with its 95 % interval
+                    out[(f"{row.get('workers', '')} workers", f"pools {row.get('ratio', '')}")] = row.get("shown", "")
         return out
 
     a, b = read(old), read(new)
@@ -143,7 +165,7 @@ def _ratios(old: Path, new: Path) -> list[tuple[str, str, str, str]]:
 
 def machine_moved(c: Comparison) -> str:
     """A sentence when raw PGMQ itself moved beyond its spread: the machine changed, not the engine."""
-    raw = [p for p in c.perf if p.system == "raw" and p.judged != "within noise"]
+    raw = [p for p in c.perf if p.system in ("raw", "pool raw") and p.judged != "within noise"]
     if not raw:
         return ""
     change = sum(p.change for p in raw) / len(raw)
