@@ -262,6 +262,24 @@ def test_a_run_stopped_in_the_parts_phase_resumes_without_the_model(server: Serv
     assert all(o.verdict.detail == "planted" for o in again.outcomes)
 
 
+def test_a_runtime_error_in_the_journal_is_judged_again_on_resume(tmp_path: Path) -> None:
+    """A mutant that could not be judged (often because the run was being stopped) is not reused:
+    the resumed run judges it again; every other verdict is reused."""
+    from evidence_lib.mutation.journal import Header, Journal
+
+    header = Header("rev", "gen", "sel", "plan")
+    first = Journal(tmp_path, header)
+    first.append("aaaaaaaaaaaa", Verdict("Killed", "model", "a counterexample"))
+    first.append("bbbbbbbbbbbb", Verdict("RuntimeError", "races/x", "server closed the connection"))
+    first.append("cccccccccccc", Verdict("Survived", "model", "agreed", 0.0), stage="model")
+    first.append("dddddddddddd", Verdict("RuntimeError", "model", "the server went away"), stage="model")
+    first.close()
+    resumed = Journal(tmp_path, header)
+    resumed.close()
+    assert set(resumed.done) == {"aaaaaaaaaaaa"} and set(resumed.model) == {"cccccccccccc"}
+    assert resumed.judged_again == {"bbbbbbbbbbbb", "dddddddddddd"}
+
+
 def test_the_model_check_tour_is_tried_in_both_modes_other_parts_in_the_faster() -> None:
     """The tour runs its probes in flow mode only: its step mode, though faster, does not stand
     for it (trigger mutants survived that way); a race's two modes do stand for each other."""

@@ -5,6 +5,10 @@ selection and its shard); a journal of anything else is not resumed from, but se
 
 A mutant the model leaves alive is journaled too (`"stage": "model"`): a run stopped in the parts
 phase resumes there, without replaying the model's histories for what it had already judged.
+
+A RuntimeError is journaled but never resumed from: it says the mutant could not be judged (the
+server went away, a part failed for a reason outside the engine), and the stop that ended the
+run is often that reason, so a resumed run judges it again. Every other verdict is reused as is.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 from evidence_lib.mutation.mutant import Verdict
 
 FILE = "journal.jsonl"
+JUDGED_AGAIN = ("RuntimeError",)  # statuses a resumed run does not reuse
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class Journal:
         self.header = header
         self.done: dict[str, Verdict] = {}
         self.model: dict[str, Verdict] = {}  # the model's verdict on a mutant left to the parts
+        self.judged_again: set[str] = set()  # journaled as RuntimeError: judged again on resume
         if self.path.is_file():
             lines = self.path.read_text().splitlines()
             first = json.loads(lines[0]) if lines else {}
@@ -53,6 +59,9 @@ class Journal:
                         continue  # a line cut short by a kill: that mutant is judged again
                     verdict = Verdict(entry["status"], entry["by"], entry["detail"], entry["seconds"],
                                       entry.get("parts_run", 0))  # fmt: skip
+                    if verdict.status in JUDGED_AGAIN:
+                        self.judged_again.add(entry["id"])
+                        continue
                     (self.model if entry.get("stage") == "model" else self.done)[entry["id"]] = verdict
             else:
                 self.path.rename(self.path.with_suffix(f".{int(time.time())}.set-aside"))

@@ -201,6 +201,8 @@ def run(server: Server, candidate: str, revision: str, settings: Settings, chose
     sweep.stale_equivalents = sorted(i for i in argued if i not in ids)
     header = Header(revision, digest(sorted(ids)), sweep.mode, digest(planned))
     journal = Journal(settings.journal, header) if settings.journal else None
+    if journal is not None and journal.judged_again:
+        progress.report(f"resuming: {len(journal.judged_again)} mutants journaled as RuntimeError are judged again")
     history = History(settings.history)
     state = _Run(sweep, history, journal, len(chosen))
     todo: list[Mutant] = []
