@@ -142,7 +142,7 @@ def check_bundle(bundle: Path, stems: list[str] | None = None) -> None:
     assert manifest["migration_artifact"]["sha256"] in summary and "Dirty Runs evidence: PASS" in summary
     assert all(f"| {stem} |" in summary for stem in stems) and "### Red gates" in summary
     if "07_performance" in stems:
-        assert "### Performance headline" in summary and "v2 / anchor" in summary
+        assert "### Performance headline" in summary and "v2 / v1" in summary
     assert (bundle / "bundle.zip").stat().st_size < 25 * 1024 * 1024
     names = zipfile.ZipFile(bundle / "bundle.zip").namelist()
     assert any(n.endswith("manifest.json") for n in names) and any(n.endswith("index.html") for n in names)

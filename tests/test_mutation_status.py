@@ -273,10 +273,12 @@ def test_a_runtime_error_in_the_journal_is_judged_again_on_resume(tmp_path: Path
     first.append("bbbbbbbbbbbb", Verdict("RuntimeError", "races/x", "server closed the connection"))
     first.append("cccccccccccc", Verdict("Survived", "model", "agreed", 0.0), stage="model")
     first.append("dddddddddddd", Verdict("RuntimeError", "model", "the server went away"), stage="model")
+    first.append("eeeeeeeeeeee", Verdict("RuntimeError", "races/x", "the server went away"))
+    first.append("eeeeeeeeeeee", Verdict("Killed", "races/x", "judged again and killed"))
     first.close()
     resumed = Journal(tmp_path, header)
     resumed.close()
-    assert set(resumed.done) == {"aaaaaaaaaaaa"} and set(resumed.model) == {"cccccccccccc"}
+    assert set(resumed.done) == {"aaaaaaaaaaaa", "eeeeeeeeeeee"} and set(resumed.model) == {"cccccccccccc"}
     assert resumed.judged_again == {"bbbbbbbbbbbb", "dddddddddddd"}
 
 

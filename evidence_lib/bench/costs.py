@@ -25,6 +25,7 @@ from typing import Any
 
 import psycopg
 
+from evidence_lib.errors import EvidenceError
 from evidence_lib.pg.db import connect, one
 
 SCHEMA = "perf_wal"  # the case's scratch database gets pg_walinspect in a schema of its own
@@ -50,6 +51,9 @@ class WindowCosts:
     lock_waits: Counter[str] = field(default_factory=Counter)  # heavyweight lock kind -> samples
     note: str = ""
 
+    def add_note(self, text: str) -> None:
+        self.note = f"{self.note}; {text}" if self.note else text
+
     def count(self, kinds: tuple[str, ...]) -> int:
         return sum(self.records.get(k, 0) for k in kinds)
 
@@ -66,6 +70,8 @@ class WindowCosts:
             "commits_per_unit": each(COMMITS),
             "aborts_per_unit": each(ABORTS),
             "wal_bytes_per_unit": round(self.wal_bytes / units) if wal and self.wal_bytes is not None else None,
+            # full-page images: written after each checkpoint, so they depend on where one fell
+            "wal_fpi_bytes_per_unit": round(self.fpi_bytes / units) if wal and self.fpi_bytes is not None else None,
             "row_locks_per_unit": each(ROW_LOCKS),
             "rows_inserted_per_unit": each(INSERTS),
             "rows_updated_per_unit": each(UPDATES),
@@ -76,7 +82,7 @@ class WindowCosts:
         }
 
 
-class WalNotFlushed(Exception):
+class WalNotFlushed(EvidenceError):
     """The window's last WAL records were not flushed within FLUSH_DEADLINE."""
 
 
@@ -104,13 +110,15 @@ class WalWindow:
         with connect(self.url, application_name="perf_wal") as conn:
             self.begin = self._insert_position(conn)
 
-    def stop(self, costs: WindowCosts) -> None:
-        """Fill `costs` with the bytes and records from `start()` to now."""
-        costs.note = self.note
+    def stop(self, costs: WindowCosts, end: str | None = None) -> None:
+        """Fill `costs` with the bytes and records from `begin` (`start()`, or a position the
+        caller read with its own count) to `end` (default: now)."""
+        if self.note:
+            costs.add_note(self.note)
         if self.note or self.begin is None:
             return
         with connect(self.url, application_name="perf_wal") as conn:
-            end = self._insert_position(conn)
+            end = end or self._insert_position(conn)
             try:
                 deadline = time.monotonic() + FLUSH_DEADLINE
                 while not one(conn, "select pg_catalog.pg_current_wal_flush_lsn() >= %s::pg_lsn", (end,)):
@@ -122,7 +130,7 @@ class WalWindow:
                 ).fetchall()
                 costs.wal_bytes = int(one(conn, "select pg_catalog.pg_wal_lsn_diff(%s, %s)", (end, self.begin)))
             except (psycopg.Error, WalNotFlushed) as exc:
-                costs.note = f"WAL not read ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+                costs.add_note(f"WAL not read ({type(exc).__name__}: {str(exc).splitlines()[0]})")
                 return
         # columns: record type, count, count %, record bytes, %, full-page-image bytes, %, ...
         costs.records = {str(r[0]): int(r[1]) for r in found if int(r[1])}
@@ -135,7 +143,7 @@ class WaitSampler:
     QUERY = (
         "select wait_event_type, wait_event from pg_catalog.pg_stat_activity "
         "where datname = pg_catalog.current_database() and pid <> pg_catalog.pg_backend_pid() "
-        "and state = 'active'"
+        "and state = 'active' and backend_type = 'client backend'"
     )
 
     def __init__(self, url: str, costs: WindowCosts) -> None:
@@ -150,12 +158,20 @@ class WaitSampler:
     def __exit__(self, *exc: object) -> None:
         self.stop_event.set()
         self.thread.join(5.0)
+        if self.thread.is_alive() or self.failed:
+            self.costs.active_samples, self.costs.lock_waits = 0, Counter()  # not a sample of the window
+            self.costs.add_note(self.failed or "lock waits not sampled (the sampler did not stop)")
+
+    failed = ""
 
     def _sample(self) -> None:
-        with connect(self.url, application_name="perf_waits") as conn:
-            while not self.stop_event.wait(SAMPLE_EVERY):
-                conn.execute("select pg_catalog.pg_stat_clear_snapshot()")
-                for kind, event in conn.execute(self.QUERY).fetchall():
-                    self.costs.active_samples += 1
-                    if kind == "Lock":
-                        self.costs.lock_waits[str(event)] += 1
+        try:
+            with connect(self.url, application_name="perf_waits") as conn:
+                while not self.stop_event.wait(SAMPLE_EVERY):
+                    conn.execute("select pg_catalog.pg_stat_clear_snapshot()")
+                    for kind, event in conn.execute(self.QUERY).fetchall():
+                        self.costs.active_samples += 1
+                        if kind == "Lock":
+                            self.costs.lock_waits[str(event)] += 1
+        except (psycopg.Error, EvidenceError) as exc:
+            self.failed = f"lock waits not sampled ({type(exc).__name__})"

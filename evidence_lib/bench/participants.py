@@ -120,17 +120,19 @@ KINDS: dict[str, Callable[[str, dict[str, Any], Any, CallTimes], None]] = {
 }
 
 
-def _main(kind: str, url: str, opts: dict[str, Any], stop: Any, reset: Any, ready: Any, out: Any, up: Any) -> None:
+def _main(kind: str, url: str, opts: dict[str, Any], stop: Any, reset: Any, freeze: Any, ready: Any, out: Any,
+          up: Any) -> None:  # fmt: skip
     times = CallTimes()
-    threading.Thread(target=_resetter, args=(reset, times), daemon=True).start()
+    frozen: list[dict[str, list[float]]] = []  # the window's calls, once the window closed
+    threading.Thread(target=_resetter, args=(reset, freeze, times, frozen), daemon=True).start()
     ready.wait()
     _warm(kind)
     up.put(kind)  # imported and about to connect: the window may start after the warm-up
     try:
         KINDS[kind](url, opts, stop, times)
-        out.put((kind, dict(times.samples), None))
+        out.put((kind, frozen[0] if frozen else dict(times.samples), None))
     except BaseException as exc:
-        out.put((kind, dict(times.samples), f"{type(exc).__name__}: {exc}"))
+        out.put((kind, frozen[0] if frozen else dict(times.samples), f"{type(exc).__name__}: {exc}"))
 
 
 def _warm(kind: str) -> None:
@@ -139,14 +141,17 @@ def _warm(kind: str) -> None:
     from evidence_lib.workers import reconciler, v1, v2  # noqa: F401
 
 
-def _resetter(reset: Any, times: CallTimes) -> None:
+def _resetter(reset: Any, freeze: Any, times: CallTimes, frozen: list[dict[str, list[float]]]) -> None:
     reset.wait()
     times.samples.clear()  # the measuring window starts now
+    freeze.wait()  # the window closed: what is called after it (the shutdown) is not the window's
+    frozen.append({name: list(values) for name, values in list(times.samples.items())})
 
 
 @dataclass
 class CaseHandle:
-    reset: Any
+    reset: Any  # set: the window opens (every participant forgets the calls before it)
+    freeze: Any  # set: the window closes (the calls after it are not reported)
     processes: list[Any]
 
     def cpu_seconds(self) -> float:
@@ -162,12 +167,15 @@ class CaseHandle:
 
 @contextmanager
 def run_case(url: str, specs: list[Spec]) -> Iterator[tuple[CaseHandle, Callable[[], tuple[CallTimes, list[str]]]]]:
-    """Start one process per spec; yield a handle (start the window with `handle.reset.set()`)
-    and a `finish` that stops them and returns their merged timings and errors."""
+    """Start one process per spec; yield a handle (open the window with `handle.reset.set()`,
+    close it with `handle.freeze.set()`: the calls reported are those between the two, or up to
+    the end when it is never closed) and a `finish` that stops them and returns their merged
+    timings and errors."""
     ctx = mp.get_context("spawn")
-    stop, reset, ready, out, up = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
+    stop, reset, freeze, ready = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
+    out, up = ctx.Queue(), ctx.Queue()
     processes = [
-        ctx.Process(target=_main, args=(kind, url, opts, stop, reset, ready, out, up), daemon=True)
+        ctx.Process(target=_main, args=(kind, url, opts, stop, reset, freeze, ready, out, up), daemon=True)
         for kind, opts in specs
     ]
     for p in processes:
@@ -195,7 +203,7 @@ def run_case(url: str, specs: list[Spec]) -> Iterator[tuple[CaseHandle, Callable
         return merged, [f"{k}: {e}" for k, _, e in collected if e]
 
     try:
-        yield CaseHandle(reset, processes), finish
+        yield CaseHandle(reset, freeze, processes), finish
     finally:
         stop.set()
         for p in processes:

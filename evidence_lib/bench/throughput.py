@@ -97,7 +97,7 @@ def _settle(conn: Any, count_sql: str, warmup: float) -> tuple[float, bool]:
         now, at = int(one(conn, count_sql)), time.perf_counter()
         rates.append((now - last) / (at - before))
         last, before = now, at
-        if len(rates) >= 2 and abs(rates[-1] - rates[-2]) <= STEADY * max(rates[-1], rates[-2], 1e-9):
+        if len(rates) >= 2 and min(rates[-2:]) > 0 and abs(rates[-1] - rates[-2]) <= STEADY * max(rates[-2:]):
             return time.perf_counter() - t0, True
     return time.perf_counter() - t0, False
 
@@ -110,34 +110,28 @@ def measure(
     and everything else's CPU, and what the window cost the server (`bench.costs`: WAL, commits,
     row locks, lock waits)."""
     cpu, wal, costs = ServerCpu(server), WalWindow(url), WindowCosts()
+    counted = f"select ({count_sql}), pg_catalog.pg_current_wal_insert_lsn()::text, pg_catalog.clock_timestamp()"
     with run_case(url, specs) as (handle, finish), connect(url, application_name="perf_window") as conn:
         warmed, steady = _settle(conn, count_sql, warmup)
-        handle.reset.set()
-        wal.start()
         with WaitSampler(url, costs):
-            since = one(conn, "select clock_timestamp()")
-            units0, cpu0, client0, t0, all0 = (
-                int(one(conn, count_sql)),
-                cpu.seconds(),
-                handle.cpu_seconds(),
-                time.perf_counter(),
-                _machine_cpu(),
-            )
+            handle.reset.set()
+            # the window's ends: units, the WAL position and the server's clock in one statement
+            row = conn.execute(counted).fetchone()
+            cpu0, client0, t0, all0 = cpu.seconds(), handle.cpu_seconds(), time.perf_counter(), _machine_cpu()
+            assert row is not None
+            units0, wal.begin, since = int(row[0]), str(row[1]), row[2]
             pieces, last, before = [], units0, t0
             while (left := t0 + seconds - time.perf_counter()) > 0:
                 time.sleep(min(SUB_WINDOW, left))  # a piece of the measuring window
-                now, at = int(one(conn, count_sql)), time.perf_counter()
+                row = conn.execute(counted).fetchone()
+                now, at = int(row[0]) if row else last, time.perf_counter()
                 pieces.append((now - last) / (at - before))
                 last, before = now, at
-            units1, cpu1, client1, t1, all1 = (
-                last,
-                cpu.seconds(),
-                handle.cpu_seconds(),
-                before,
-                _machine_cpu(),
-            )
-            until = one(conn, "select clock_timestamp()")
-        wal.stop(costs)
+            handle.freeze.set()
+            cpu1, client1, all1 = cpu.seconds(), handle.cpu_seconds(), _machine_cpu()
+            units1, t1 = last, before
+            end, until = (str(row[1]), row[2]) if row else (None, None)
+        wal.stop(costs, end)
         calls, errors = finish()
     return {
         "units": units1 - units0,

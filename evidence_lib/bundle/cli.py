@@ -49,6 +49,7 @@ BENCH_TABLES = (
     "growth",
     "scale_targets",
     "pools",
+    "pool_ratios",
     "latency_end_to_end",
     "idle_pool",
     "one_run_phases",

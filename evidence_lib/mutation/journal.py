@@ -63,6 +63,7 @@ class Journal:
                         self.judged_again.add(entry["id"])
                         continue
                     (self.model if entry.get("stage") == "model" else self.done)[entry["id"]] = verdict
+                self.judged_again -= self.done.keys()  # a final verdict came later: not judged again
             else:
                 self.path.rename(self.path.with_suffix(f".{int(time.time())}.set-aside"))
         if not self.path.is_file():

@@ -1,6 +1,6 @@
 """Scenario 7, performance and stress: one server, one run.
 
-The bundle's plan is budgeted (about three minutes): worker pools side by side (raw PGMQ as the
+The bundle's plan is budgeted (about four minutes on 2 cores): worker pools side by side (raw PGMQ as the
 bound, the released anchor's protocol, v1, v2) at 2 and 8 workers, interleaved, repeated until
 every ratio's 95 % interval is within +-10 % or `pool_budget` is spent, with what each run cost
 the server (WAL, commits, row locks, lock waits) and the client; end-to-end latency alone and at
@@ -92,6 +92,7 @@ def run(
     plan = performance_scale.ScalePlan(workers, seconds, pool_repetitions, pool_budget, pool_systems, idle_systems,
                                        lone_runs, idle_seconds)  # fmt: skip
     performance_scale.cases_of(pool_systems)  # an unknown system is refused before any server starts
+    performance_scale.idle_systems_of(idle_systems)
     with result.capture_logs(), scenario_server(database_url) as server:
         with connect(server.maintenance_url) as conn:
             settings = {

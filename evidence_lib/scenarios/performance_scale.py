@@ -22,6 +22,7 @@ from evidence_lib import progress
 from evidence_lib.bench import anchor, intervals, pools
 from evidence_lib.bench.pools import System
 from evidence_lib.bench.throughput import Throughput, raw_pgmq
+from evidence_lib.errors import BadInput
 from evidence_lib.pg import db, migrate
 from evidence_lib.pg.db import Server, connect
 from evidence_lib.results.scenario import ScenarioResult
@@ -130,13 +131,19 @@ def measure_pools(
     seconds are not spent, more repetitions as long as a ratio's 95 % interval is wider than
     +-10 % (`bench.intervals.pool_ratios`). One row per measurement."""
     samples: list[dict[str, Any]] = []
-    started, rep = time.monotonic(), 0
+    started, rep, longest = time.monotonic(), 0, 0.0
     while rep < repetitions or (
-        time.monotonic() - started < budget and not all(r["precise"] for r in intervals.pool_ratios(samples))
+        time.monotonic() - started + longest <= budget  # the next repetition fits in what is left
+        and not all(r["precise"] for r in intervals.pool_ratios(samples))
     ):
+        began = time.monotonic()
         total = max(repetitions, rep + 1) * len(counts) * len(cases)
         for n in counts:
+            # rotated each repetition and reversed every other one, so no system always follows
+            # the same one (what a case leaves behind, a dropped database, a checkpoint, lands on
+            # a different system each time)
             order = cases[rep % len(cases):] + cases[: rep % len(cases)]  # fmt: skip
+            order = order[::-1] if rep % 2 else order
             for case in order:
                 progress.report("worker pools, interleaved", len(samples), total, unit="cases")
                 with templates.clone(case) as url:
@@ -151,6 +158,7 @@ def measure_pools(
                     f"{case} at {n}: {t.units} {t.unit} in {t.seconds:.1f} s; errors: {t.extra['errors'][:2]}",
                     point=f"{case}@{n}#{rep}",
                 )
+        longest = max(longest, time.monotonic() - began)
         rep += 1
     return samples
 
@@ -219,14 +227,19 @@ def idle(templates: Templates, workers: int, seconds: float, systems: tuple[Syst
     return out
 
 
-def cases_of(spec: str) -> tuple[Case, ...]:
-    """"raw,anchor,v1,v2" -> the cases in CASES order ("v2_polling" is "v2 polling"); an unknown
-    name is an error that names it."""
+def cases_of(spec: str, choices: tuple[Case, ...] = CASES, what: str = "pool_systems") -> tuple[Case, ...]:
+    """"raw,anchor,v1,v2" -> the cases in `choices` order ("v2_polling" is "v2 polling"); an
+    unknown name is refused (BadInput) with its name and the choices."""
     wanted = [w.strip().replace("_", " ") for w in spec.split(",") if w.strip()]
-    unknown = [w for w in wanted if w not in CASES]
+    unknown = [w for w in wanted if w not in choices]
     if unknown:
-        raise ValueError(f"unknown pool system(s) {', '.join(unknown)}: choose among {', '.join(CASES)}")
-    return tuple(c for c in CASES if c in wanted)
+        raise BadInput(f"{what}: unknown system(s) {', '.join(unknown)}; choose among {', '.join(choices)}")
+    return tuple(c for c in choices if c in wanted)
+
+
+def idle_systems_of(spec: str) -> tuple[System, ...]:
+    """The pools an idle run can watch (raw PGMQ has no idle pool): BadInput for anything else."""
+    return tuple(s for s in pools.SYSTEMS if s in cases_of(spec, pools.SYSTEMS, "idle_systems"))
 
 
 @dataclass(frozen=True)
@@ -267,8 +280,7 @@ def run_scale(result: ScenarioResult, server: Server, plan: ScalePlan, anchor_ve
         top = max(counts)
         peaks = {r["system"]: r["units_per_s"] or 0.0 for r in table if r["workers"] == top}
         result.table("latency_end_to_end", latencies(server, templates, peaks, top, plan.lone_runs, seconds * 2))
-        idle_cases = tuple(c for c in cases_of(plan.idle_systems) if c != "raw")
-        result.table("idle_pool", idle(templates, top, plan.idle_seconds, idle_cases))  # type: ignore[arg-type]
+        result.table("idle_pool", idle(templates, top, plan.idle_seconds, idle_systems_of(plan.idle_systems)))
     finally:
         templates.close()
     performance_charts.pool_charts(result)
