@@ -29,6 +29,10 @@ from evidence_lib.workers.v2 import V2Worker
 RUNS = 4
 DEADLINE = 5.0  # seconds for the pool to finish RUNS runs (it takes a fraction of one)
 STOPPED = 3.0  # seconds for every worker to stop after the request, together
+STALL = 2.0  # seconds without a settlement or a reconcile before the wait gives up (a broken loop fails fast)
+# every settlement raises a run's requested generation, every reconcile its processed one
+PROGRESS = ("select coalesce(sum(w.requested_generation), 0)::text || '/' || coalesce(sum(w.processed_generation), 0) "
+            "from engine.run_work w join engine.runs r using (run_id) where r.flow_slug = 'followup'")
 
 
 def followup(result: ScenarioResult, url: str, mode: QueueMode) -> None:
@@ -43,9 +47,16 @@ def followup(result: ScenarioResult, url: str, mode: QueueMode) -> None:
         for t in threads:
             t.start()
         done = "select count(*) from engine.runs where flow_slug = 'followup' and status = 'completed'"
-        deadline = time.monotonic() + DEADLINE
+        deadline, stalled = time.monotonic() + DEADLINE, ""
         try:
+            last, moved_at = None, time.monotonic()
             while int(one(conn, done)) < RUNS and time.monotonic() < deadline:
+                now = one(conn, PROGRESS)
+                if now != last:
+                    last, moved_at = now, time.monotonic()
+                elif now != "0/0" and time.monotonic() - moved_at > STALL:  # work began, then stopped
+                    stalled = f"; stalled: no settlement or reconcile for {STALL:.0f} s (generations {now})"
+                    break
                 time.sleep(0.02)  # poll the runs' state, bounded by DEADLINE (liveness, not an ordering)
         finally:
             for w in pool:
@@ -68,7 +79,8 @@ def followup(result: ScenarioResult, url: str, mode: QueueMode) -> None:
         "runs_complete_with_the_workers_own_reconciler",
         completed == RUNS and len(clean) == RUNS and errors == 0,
         f"{completed} of {len(runs)} runs completed within {DEADLINE:.0f} s with no standalone reconciler; "
-        f"runs reconciled through A and B (processed = requested >= 2): {len(clean)}; engine errors {errors}",
+        f"runs reconciled through A and B (processed = requested >= 2): {len(clean)}; engine errors {errors}"
+        f"{stalled}",
         mode,
     )
 
