@@ -150,6 +150,7 @@ class WaitSampler:
         self.url, self.costs = url, costs
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._sample, name="perf_waits", daemon=True)
+        self.failed = ""  # why the sampler stopped early, if it did
 
     def __enter__(self) -> WaitSampler:
         self.thread.start()
@@ -161,8 +162,6 @@ class WaitSampler:
         if self.thread.is_alive() or self.failed:
             self.costs.active_samples, self.costs.lock_waits = 0, Counter()  # not a sample of the window
             self.costs.add_note(self.failed or "lock waits not sampled (the sampler did not stop)")
-
-    failed = ""
 
     def _sample(self) -> None:
         try:
