@@ -34,7 +34,7 @@ ifneq ($(strip $(PG)),)
 export EVIDENCE_PG := $(strip $(PG))
 endif
 
-.PHONY: help setup test lint check-schema pytest pgtap evidence matrix compare races races-accept example bench perf mutation merge lab clean
+.PHONY: help setup test lint check-schema pytest pgtap evidence matrix compare races races-accept regress-accept example bench perf mutation merge lab clean
 
 help: ## list the targets
 	@echo "Dirty Runs evidence: make <target>"
@@ -81,6 +81,9 @@ compare: $(STAMP) ## compare two bundles: make compare OLD=outputs/<bundle> NEW=
 
 races: $(STAMP) ## only the races into a bundle, every interleaving REPEAT times (default 3); LOAD=1 under a competing load (the stability check: REPEAT=30 LOAD=1)
 	$(BIN)/python -m evidence_lib evidence --scenarios races --repeat $(or $(REPEAT),3) $(if $(LOAD),-p load=true) --cell-timeout $$(( $(or $(REPEAT),3) * 200 + 600 )) $(foreach p,$(PARAMS),-p $(p))
+
+regress-accept: $(STAMP) ## rewrite tests/expected/regress/*.out, the SQL probes' transcripts (review the diff before committing)
+	$(BIN)/python -m evidence_lib regress --accept
 
 races-accept: $(STAMP) ## rewrite tests/expected/races/*.out from a run (review the diff before committing)
 	$(BIN)/python -m evidence_lib races --accept

@@ -65,7 +65,7 @@ SMALL: dict[str, Any] = {
     "pool_budget": 0.0,
     "lone_runs": 5,
     "idle_seconds": 1.0,
-    "backlog": 300,
+    "backlog": 900,  # about 3 s of A backlog in step mode: B must settle within it, under the suite's load
     "probes": 10,
     "soak_runs": 100,
     "restart_runs": 0,

@@ -215,6 +215,18 @@ def cmd_races(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_regress(args: argparse.Namespace) -> int:
+    from evidence_lib.scenarios import regress
+
+    if not args.accept:
+        print("regress --accept writes tests/expected/regress/*.out; the probes run in the model check "
+              "(python -m evidence_lib evidence --scenarios model_check)", file=sys.stderr)  # fmt: skip
+        return 2
+    regress.accept(args.database_url or "")
+    print("review the expected files (git diff tests/expected/regress) before committing them")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m evidence_lib")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -249,6 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     _server_args(p)
     p.add_argument("--accept", action="store_true", help="run every spec once per mode and write the expected files")
     p.set_defaults(func=cmd_races)
+    p = sub.add_parser("regress", help="write the SQL probes' expected transcripts (--accept)")
+    _server_args(p)
+    p.add_argument("--accept", action="store_true", help="run every probe once and write the expected files")
+    p.set_defaults(func=cmd_regress)
     for name, text in (
         ("evidence", "run the evidence scenarios and write a bundle"),
         ("matrix", "the correctness scenarios on every available PostgreSQL version, into one bundle"),
@@ -269,13 +285,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one notebook cell may run")
         p.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
                        help="scenarios at once (default: the cores; performance always runs alone)")  # fmt: skip
-        p.add_argument("--shard", default="", help="i/n: run this share of the scenarios (CI runners side by side; "
-                       "python -m evidence_lib merge assembles the shards into one bundle)")
+        p.add_argument(
+            "--shard",
+            default="",
+            help="i/n: run this share of the scenarios (CI runners side by side; "
+            "python -m evidence_lib merge assembles the shards into one bundle)",
+        )
         if name == "matrix":
             p.add_argument("--versions", default="", help="PostgreSQL majors, e.g. 18,15 (default: all installed)")
         p.set_defaults(func=cmd_evidence)
-    p = sub.add_parser("review", help="check a bundle's pages in headless Chromium (overflow, verdict, offline, "
-                       "pandas index, rounding, timestamps, axe); screenshots into its review/ folder")
+    p = sub.add_parser(
+        "review",
+        help="check a bundle's pages in headless Chromium (overflow, verdict, offline, "
+        "pandas index, rounding, timestamps, axe); screenshots into its review/ folder",
+    )
     p.add_argument("bundle", help="the bundle folder")
     p.add_argument("--pdf", action="store_true", help="print report.pdf again as well")
     p.set_defaults(func=cmd_review)

@@ -24,7 +24,11 @@ DEFAULT = OUTPUTS_DIR / ".mutation" / "history.json"
 MODEL_CODE = ("evidence_lib/model", "evidence_lib/engine", "evidence_lib/mutation/oracles.py",
               "evidence_lib/mutation/reach.py", "evidence_lib/mutation/apply.py")  # fmt: skip
 PARTS_JUDGE = ("evidence_lib/mutation/judging.py", "evidence_lib/mutation/coverage.py")
-PARTS_CODE = (*MODEL_CODE, *PARTS_JUDGE, "evidence_lib/scenarios", "evidence_lib/harness")
+# the parts judge with their code and with the files they compare against: the races' expected
+# transcripts and the SQL probes with theirs (a new probe must invalidate a reused Survived)
+PARTS_CODE = (*MODEL_CODE, *PARTS_JUDGE, "evidence_lib/scenarios", "evidence_lib/harness", "tests/expected",
+              "tests/regress")  # fmt: skip
+JUDGING_FILES = ("*.py", "*.sql", "*.out")
 
 
 @cache
@@ -32,7 +36,8 @@ def fingerprint(paths: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
     for root in paths:
         path = PROJECT_ROOT / root
-        for file in sorted([path] if path.is_file() else path.rglob("*.py")):
+        found = [path] if path.is_file() else [f for pattern in JUDGING_FILES for f in path.rglob(pattern)]
+        for file in sorted(found):
             digest.update(str(file.relative_to(PROJECT_ROOT)).encode())
             digest.update(file.read_bytes())
     return digest.hexdigest()[:16]

@@ -50,7 +50,9 @@ PARTS_BUDGET = 20.0
 # A part mostly waits (a lease to expire, a session proven blocked, a worker's poll), so the parts
 # phase runs more parts than the model phase runs jobs: measured in docs/mutation.md.
 PART_JOBS_PER_JOB = 2
-CONCURRENT = ("races/", "reconciliation/", "admission/isolation", "queue_identity/concurrent")
+# parts with concurrent sessions, first for a locking mutant (the SQL probes hold transactions
+# open in one session while another calls the engine, and cost well under a second)
+CONCURRENT = ("races/", "reconciliation/", "admission/isolation", "queue_identity/concurrent", "model_check/regress_")
 
 
 def likeliest_first(mutant: Mutant, parts: list[Covered], budget: float) -> tuple[list[Covered], int]:

@@ -3,13 +3,15 @@ rows, poison, lost acknowledgements through the real proxy, the test clock, two-
 run against the real database and are compared, answer by answer and table by table, with the
 reference model (`model`). The candidate must give no counterexample; then every SQL
 mutant of the negative-controls catalogue runs through the same check, and the kill count is
-reported beside the gates (the worker seams are not in the model's reach: it calls SQL).
+reported beside the gates (the worker seams are not in the model's reach: it calls SQL). Beside
+the model, the SQL probes with golden transcripts (`scenarios.regress`) pin what no history reaches.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from concurrent import futures
 from typing import Any
 
 from evidence_lib import progress
@@ -22,11 +24,13 @@ from evidence_lib.mutation.controls import Control
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Server, connect
 from evidence_lib.results.scenario import ScenarioResult
-from evidence_lib.scenarios.support.parts import Databases, PartSpec, migrated_template
+from evidence_lib.scenarios import regress
+from evidence_lib.scenarios.support.parts import Databases, PartSpec, clones, migrated_template, run_part
 from evidence_lib.scenarios.support.setup import scenario_server
 
 SCENARIO = "11_model_check"
 SEED = 20261203
+PROBE_JOBS = 4  # SQL probes run at once
 
 
 def run(
@@ -46,6 +50,7 @@ def run(
         progress.report(f"candidate: {examples} histories")
         outcome = check(server, t, examples=examples, steps=steps, seed=seed)
         _candidate(result, outcome)
+        _probes(result, clones(server, t, prefix="mcr"))
         chosen = [m for m in catalogue() if m.seam is None and (not mutants or m.name in mutants.split(","))]
         for i, mutant in enumerate(chosen):
             progress.report(f"mutant {mutant.name}", i, len(chosen), unit="mutants")
@@ -65,6 +70,22 @@ def _patched(server: Server, template: str, mutant: Control) -> Iterator[str]:
         with connect(url, application_name="patch") as conn:
             apply_sql(conn, mutant.mutant())
         yield db.database_name(url)
+
+
+def _probes(result: ScenarioResult, databases: Databases) -> None:
+    """The SQL probes with golden transcripts (`scenarios.regress`), each on a fresh clone, four at
+    a time (their transcripts are proven by locks, not timed: stable side by side); recorded in
+    order."""
+    specs = regress.parts()
+    progress.report("SQL probes", 0, len(specs), unit="probes")
+    subs = [ScenarioResult(result.scenario, spec.name, {}) for spec in specs]
+    with futures.ThreadPoolExecutor(PROBE_JOBS, thread_name_prefix="probe") as pool:
+        list(pool.map(lambda pair: run_part(pair[0], pair[1], databases, None), zip(subs, specs, strict=True)))
+    for spec, sub in zip(specs, subs, strict=True):
+        for gate in sub.gates:
+            result.gate(gate.name, gate.passed, gate.detail, gate.mode, gate.point)
+        result.escaped += sub.escaped
+        result.append_rows("sql_probes", [{"probe": spec.name, "passed": all(g.passed for g in sub.gates)}])
 
 
 def _candidate(result: ScenarioResult, outcome: CheckResult) -> None:
@@ -125,7 +146,7 @@ def _random_part(result: ScenarioResult, databases: Databases, mode: QueueMode) 
                               seed=SEED, shrink=False, tour_first=False))  # fmt: skip
 
 
-PARTS = [PartSpec("tour", _tour_part), PartSpec("random_histories", _random_part, per_mode=False)]
+PARTS = [PartSpec("tour", _tour_part), PartSpec("random_histories", _random_part, per_mode=False), *regress.parts()]
 
 
 def _mutant_row(mutant: Control, found: CheckResult) -> dict[str, Any]:

@@ -1,0 +1,16 @@
+select (engine.create_flow('P')).flow_slug;
+select queue_name from pgmq.list_queues() order by 1;
+select engine.delete_flow('P');
+select queue_name from pgmq.list_queues() order by 1;
+select (engine.create_flow('S', 3, 1, 60, 'step')).flow_slug;
+select (engine.add_step('S', 'A')).queue_name;
+select pgmq.create('s');
+select engine.delete_flow('S');
+select queue_name from pgmq.list_queues() order by 1;
+select (engine.create_flow('R')).flow_slug;
+select (engine.add_step('R', 'A')).step_slug;
+select engine.start_flow('R', '{}') is not null;
+select engine.delete_flow('R');
+select flow_slug, status from engine.runs;
+select flow_slug from engine.flows;
+select queue_name from pgmq.list_queues() order by 1;

@@ -1,0 +1,12 @@
+select engine.create_flow('F', 1, 0, 10);
+select engine.add_step('F', 'A');
+select engine.add_step('F', 'B', array['A']);
+create table r1 as select engine.v2_start_run('F', '{"n":1}') as run_id;
+create table c1 as select * from engine.v2_claim((select run_id from r1), 'A', 'f', array[(select t.message_id from engine.step_tasks t join r1 using (run_id) where t.step_slug = 'A')]);
+select verdict, generation from engine.v2_settle((select claim_id from c1), 'completed', '{"a":1}');
+set engine.hooks = 'reconcile.action:fail';
+select generation, actions, processed, health, run_status from engine.v2_reconcile((select run_id from r1), 8);
+set engine.hooks = '';
+select generation, actions, processed, health, run_status from engine.v2_reconcile_next(8);
+set engine.clock_offset = '5 s';
+select generation, actions, processed, health, run_status from engine.v2_reconcile_next(8);

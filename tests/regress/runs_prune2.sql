@@ -1,0 +1,16 @@
+select (engine.create_flow('S', 1, 0, 60, 'step')).flow_slug;
+select (engine.add_step('S', 'A')).step_slug;
+select (engine.create_flow('V', 1, 0, 60)).flow_slug;
+select (engine.add_step('V', 'A')).step_slug;
+select pgmq.create('flow');
+select pgmq.create('s');
+select pgmq.create((select definition_hash from engine.flows where flow_slug = 'V'));
+select pgmq.archive('flow', pgmq.send('flow', '{"other":"app"}'));
+select pgmq.archive('s', pgmq.send('s', '{"other":"app"}'));
+select pgmq.archive((select definition_hash from engine.flows where flow_slug = 'V'), pgmq.send((select definition_hash from engine.flows where flow_slug = 'V'), '{"other":"app"}'));
+select pg_sleep(0.01);
+select engine.prune_data_older_than(interval '0');
+select (select count(*) from pgmq.a_flow) as a_flow, (select count(*) from pgmq.a_s) as a_s;
+select count(*) from pgmq.list_queues();
+do $$ begin execute format('create temp table hashq as select count(*) as n from pgmq.%I', 'a_' || (select definition_hash from engine.flows where flow_slug = 'V')); end $$;
+select n from hashq;

@@ -1,0 +1,11 @@
+select (engine.create_flow('G', 1, 0, 60)).flow_slug;
+select (engine.add_step('G', 'g1')).step_slug;
+select (engine.add_step('G', 'g2')).step_slug;
+select (engine.create_flow('F', 1, 0, 60)).flow_slug;
+select (engine.add_step('F', 'zz')).step_slug;
+select engine.delete_flow('G');
+vacuum engine.steps;
+select (engine.add_step('F', 'aa', array['zz'])).step_slug;
+select ctid, step_slug from engine.steps order by ctid;
+select engine.v2_start_run('F', '{}') is not null;
+select flow_slug, status from engine.runs order by 1;
