@@ -73,17 +73,25 @@ def run(mutants: str = "", deadline: float = 30.0, database_url: str = "") -> Sc
                 f"{len(run_.gates)} gates, red: {', '.join(run_.red) or 'none'} ({run_.seconds:.1f} s)",
                 target.mode or "",
             )
-        # the controls a SQL probe kills (hundreds, each a probe on two clones, mostly waiting on a
-        # lock timeout) are judged side by side; their transcripts are lock-proven, not timed. The
-        # others run one at a time, as their parts were written to (and a Python mutant is swapped
-        # in process-wide). Rows are recorded in catalogue order either way.
-        probed = {i for i, m in enumerate(chosen) if all(t.part.startswith(PROBE_PART) for t in m.targets)}
+        # the controls a SQL probe kills (hundreds, each a probe on one clone, mostly waiting on a
+        # lock timeout) are judged four at a time once the others are done (those run one at a
+        # time, as their parts were written to, and a Python mutant is swapped in process-wide;
+        # none of them shares the machine with the probes). Recorded in catalogue order.
+        probed = [
+            i for i, m in enumerate(chosen) if m.targets and all(t.part.startswith(PROBE_PART) for t in m.targets)
+        ]
+        judged: dict[int, tuple[list[TargetRun], float]] = {}
+        for i, mutant in enumerate(chosen):
+            if i not in probed:
+                progress.report(f"mutant {mutant.name}", len(judged), len(chosen), unit="mutants")
+                judged[i] = _judge(server, candidate, mutant, deadline, f"m{i}")
         with futures.ThreadPoolExecutor(PROBE_JOBS, thread_name_prefix="nc-probe") as pool:
-            pending = {i: pool.submit(_judge, server, candidate, chosen[i], deadline, f"m{i}") for i in sorted(probed)}
-            for i, mutant in enumerate(chosen):
-                progress.report(f"mutant {mutant.name}", i, len(chosen), unit="mutants")
-                judged = pending[i].result() if i in probed else _judge(server, candidate, mutant, deadline, f"m{i}")
-                _record(result, mutant, *judged)
+            pending = {i: pool.submit(_judge, server, candidate, chosen[i], deadline, f"m{i}") for i in probed}
+            for i in probed:
+                judged[i] = pending[i].result()
+                progress.report(f"mutant {chosen[i].name}", len(judged), len(chosen), unit="mutants")
+        for i, mutant in enumerate(chosen):
+            _record(result, mutant, *judged[i])
     killed = sum(1 for g in result.gates if g.name.startswith("mutant_") and g.passed)
     result.headline = f"negative controls: {killed} of {len(chosen)} killed"
     result.notes.insert(0, result.headline)
