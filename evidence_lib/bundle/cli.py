@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evidence_lib.errors import BadInput, EvidenceError
@@ -203,28 +203,28 @@ def cmd_takeover(args: argparse.Namespace) -> int:
     return 0
 
 
+def _accept(args: argparse.Namespace, folder: str, run_them: str, accept: Callable[[str], object]) -> int:
+    """`races --accept` / `regress --accept`: rewrite tests/expected/<folder>/*.out (reviewed by hand)."""
+    if not args.accept:
+        print(f"{folder} --accept writes tests/expected/{folder}/*.out; {run_them}", file=sys.stderr)
+        return 2
+    accept(args.database_url or "")
+    print(f"review the expected files (git diff tests/expected/{folder}) before committing them")
+    return 0
+
+
 def cmd_races(args: argparse.Namespace) -> int:
     from evidence_lib.scenarios import races
 
-    if not args.accept:
-        print("races --accept writes tests/expected/races/*.out; to run the races use "
-              "`make races` (python -m evidence_lib evidence --scenarios races)", file=sys.stderr)  # fmt: skip
-        return 2
-    races.accept(args.database_url or "")
-    print("review the expected files (git diff tests/expected/races) before committing them")
-    return 0
+    return _accept(args, "races", "to run the races use `make races` (python -m evidence_lib evidence "
+                   "--scenarios races)", races.accept)  # fmt: skip
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
     from evidence_lib.scenarios import regress
 
-    if not args.accept:
-        print("regress --accept writes tests/expected/regress/*.out; the probes run in the model check "
-              "(python -m evidence_lib evidence --scenarios model_check)", file=sys.stderr)  # fmt: skip
-        return 2
-    regress.accept(args.database_url or "")
-    print("review the expected files (git diff tests/expected/regress) before committing them")
-    return 0
+    return _accept(args, "regress", "the probes run in the model check (python -m evidence_lib evidence "
+                   "--scenarios model_check)", regress.accept)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,6 +20,7 @@ from evidence_lib.model.bench import Bench
 from evidence_lib.model.check import CheckResult, Counterexample, check, machine_for, run_tour
 from evidence_lib.mutation.apply import apply_sql
 from evidence_lib.mutation.catalogue import catalogue
+from evidence_lib.mutation.catalogue.probes import killed_by_a_probe
 from evidence_lib.mutation.controls import Control
 from evidence_lib.pg import db
 from evidence_lib.pg.db import Server, connect
@@ -52,7 +53,9 @@ def run(
         _candidate(result, outcome)
         _probes(result, clones(server, t, prefix="mcr"))
         chosen = [
-            m for m in catalogue() if m.seam is None and not probed(m) and (not mutants or m.name in mutants.split(","))
+            m
+            for m in catalogue()
+            if m.seam is None and not killed_by_a_probe(m) and (not mutants or m.name in mutants.split(","))
         ]
         for i, mutant in enumerate(chosen):
             progress.report(f"mutant {mutant.name}", i, len(chosen), unit="mutants")
@@ -72,12 +75,6 @@ def _patched(server: Server, template: str, mutant: Control) -> Iterator[str]:
         with connect(url, application_name="patch") as conn:
             apply_sql(conn, mutant.mutant())
         yield db.database_name(url)
-
-
-def probed(control: Control) -> bool:
-    """A control a SQL probe kills (catalogue/probe_kills.toml): it survived the model's histories
-    by definition, so the model's column of the catalogue leaves it out (its probe is a gate here)."""
-    return bool(control.targets) and all(t.part.startswith("regress_") for t in control.targets)
 
 
 def _probes(result: ScenarioResult, databases: Databases) -> None:

@@ -19,6 +19,7 @@ from concurrent import futures
 from evidence_lib import progress
 from evidence_lib.mutation.apply import apply_sql, swapped
 from evidence_lib.mutation.catalogue import catalogue
+from evidence_lib.mutation.catalogue.probes import killed_by_a_probe
 from evidence_lib.mutation.controls import Control, Target
 from evidence_lib.mutation.judging import TargetRun
 from evidence_lib.pg import db
@@ -29,7 +30,6 @@ from evidence_lib.scenarios.support.setup import scenario_server
 from evidence_lib.scenarios.support.targets import run_target
 
 SCENARIO = "10_negative_controls"
-PROBE_PART = "regress_"  # the parts of the SQL probes (scenarios.regress)
 PROBE_JOBS = 4  # probe controls judged at once (a probe mostly waits on a lock timeout)
 
 
@@ -77,12 +77,10 @@ def run(mutants: str = "", deadline: float = 30.0, database_url: str = "") -> Sc
         # lock timeout) are judged four at a time once the others are done (those run one at a
         # time, as their parts were written to, and a Python mutant is swapped in process-wide;
         # none of them shares the machine with the probes). Recorded in catalogue order.
-        probed = [
-            i for i, m in enumerate(chosen) if m.targets and all(t.part.startswith(PROBE_PART) for t in m.targets)
-        ]
+        probed = [i for i, m in enumerate(chosen) if killed_by_a_probe(m)]
         judged: dict[int, tuple[list[TargetRun], float]] = {}
         for i, mutant in enumerate(chosen):
-            if i not in probed:
+            if not killed_by_a_probe(mutant):
                 progress.report(f"mutant {mutant.name}", len(judged), len(chosen), unit="mutants")
                 judged[i] = _judge(server, candidate, mutant, deadline, f"m{i}")
         with futures.ThreadPoolExecutor(PROBE_JOBS, thread_name_prefix="nc-probe") as pool:
@@ -102,7 +100,7 @@ def _judge(server: Server, candidate: str, mutant: Control, deadline: float, tag
     """Run the control's targets on a clone of the candidate with its patch: the runs, the seconds."""
     started = time.perf_counter()
     runs: list[TargetRun] = []
-    if all(t.part.startswith(PROBE_PART) for t in mutant.targets):  # the patch on the probe's own clone
+    if killed_by_a_probe(mutant):  # the patch on the probe's own clone
         patch = mutant.mutant().patch
         runs = [
             run_target(server, candidate, t, deadline, f"{tag}t{j}", patch=patch) for j, t in enumerate(mutant.targets)

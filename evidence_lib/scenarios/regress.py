@@ -48,16 +48,19 @@ PROBE_DIR = PROJECT_ROOT / "tests" / "regress"
 EXPECTED_DIR = PROJECT_ROOT / "tests" / "expected" / "regress"
 SESSION_RE = re.compile(r"^[ \t]*--\s*session:\s*(\d+)\s*$", re.M)
 # not the engine's answer: the statement was cut off, or the connection went away
-INTERRUPTED = ("57014", "57P01", "57P02", "57P03")
+# (RG001: a liveness deadline of the prelude's waits ran out)
+INTERRUPTED = ("57014", "57P01", "57P02", "57P03", "RG001")
 SETTINGS = "set lock_timeout = '1s'; set statement_timeout = '20s'"
 # Run silently before every probe (session 0): `regress_settled(conn)` waits until the statement a
 # probe sent through dblink connection `conn` (a session that may block, which a probe's own
 # sessions must not; connected with application_name regress_<conn>) has finished or waits on a
-# lock, observed with pg_blocking_pids (an ordering proven, not slept).
+# lock, observed with pg_blocking_pids (an ordering proven, not slept); `regress_terminated(pid)`
+# ends a session and waits until it is gone. Each has a deadline (15 s): running out raises RG001,
+# which ends the probe as ProbeInterrupted (a liveness failure, never a transcript line).
 PRELUDE = """
 create function public.regress_settled(conn text) returns text language plpgsql as $$
 begin
-  for i in 1..2000 loop
+  for i in 1..1500 loop
     if public.dblink_is_busy(conn) = 0 then
       return 'finished';
     end if;
@@ -65,10 +68,17 @@ begin
                 and pg_catalog.cardinality(pg_catalog.pg_blocking_pids(a.pid)) > 0) then
       return 'waiting on a lock';
     end if;
-    perform pg_catalog.pg_sleep(0.01);
+    perform pg_catalog.pg_sleep(0.01);  -- a poll under a deadline, not an ordering
     perform pg_catalog.pg_stat_clear_snapshot();  -- pg_stat_activity is read once per transaction
   end loop;
-  return 'neither finished nor waiting after 20 s';
+  raise exception using errcode = 'RG001', message = format('dblink %s neither finished nor waits after 15 s', conn);
+end $$;
+create function public.regress_terminated(pid integer) returns boolean language plpgsql as $$
+begin
+  if not pg_catalog.pg_terminate_backend(pid, 15000) then  -- waits until the backend is gone
+    raise exception using errcode = 'RG001', message = format('backend %s still there after 15 s', pid);
+  end if;
+  return true;
 end $$;
 """
 
@@ -123,13 +133,8 @@ def transcript(url: str, text: str) -> str:
             lines.append(f"[{session}] " + " ".join(st.split()))
             try:
                 cur = sessions[session].execute(st.encode())
-            except psycopg.errors.OperationalError as exc:
-                if exc.sqlstate is None or exc.sqlstate in INTERRUPTED:
-                    raise ProbeInterrupted(f"statement {len(lines)} ({st[:80]}): {exc}") from exc
-                lines.append(f"    ERROR {exc.sqlstate}: {str(exc).splitlines()[0]}")
-                continue
             except psycopg.Error as exc:
-                if exc.sqlstate in INTERRUPTED:
+                if exc.sqlstate is None or exc.sqlstate in INTERRUPTED:  # no SQLSTATE: the connection is gone
                     raise ProbeInterrupted(f"statement {len(lines)} ({st[:80]}): {exc}") from exc
                 lines.append(f"    ERROR {exc.sqlstate}: {str(exc).splitlines()[0]}")
                 continue

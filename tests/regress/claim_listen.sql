@@ -19,9 +19,7 @@ select engine.v2_listen('engine_queue_f');
 -- session: 3
 select engine.v2_listen('engine_v2_dirty');
 -- session: 0
-select pg_terminate_backend(l.pid) from engine.listeners l where l.channel = 'engine_queue_f';
--- wait until the terminated session is gone (observed in pg_stat_activity, a liveness guard of 20 s)
-do $$ begin for i in 1..2000 loop exit when not exists (select from pg_stat_activity a join engine.listeners l on l.pid = a.pid where l.channel = 'engine_queue_f'); perform pg_sleep(0.01); perform pg_stat_clear_snapshot(); end loop; end $$;
+select regress_terminated(l.pid) from engine.listeners l where l.channel = 'engine_queue_f';
 select engine.v2_listen('engine_v2_dirty');
 select channel, count(*) from engine.listeners group by 1 order by 1;
 select engine.v2_unlisten('engine_v2_dirty');

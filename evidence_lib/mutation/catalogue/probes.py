@@ -12,11 +12,17 @@ from pathlib import Path
 from evidence_lib.mutation.controls import Control, Target
 
 FILE = Path(__file__).with_name("probe_kills.toml")
+PROBE_PART = "regress_"  # the parts of the SQL probes (scenarios.regress): regress_<probe>
 
 
 def probe_target(probe: str) -> Target:
     """The part that runs probe `probe`, and its gate."""
-    return Target("model_check", f"regress_{probe}", (f"{probe}_transcript_matches_expected",), None)
+    return Target("model_check", f"{PROBE_PART}{probe}", (f"{probe}_transcript_matches_expected",), None)
+
+
+def killed_by_a_probe(control: Control) -> bool:
+    """Whether every target of `control` is a SQL probe's part (a control of `probe_kills`)."""
+    return bool(control.targets) and all(t.part.startswith(PROBE_PART) for t in control.targets)
 
 
 @cache
