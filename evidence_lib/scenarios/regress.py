@@ -54,9 +54,11 @@ SETTINGS = "set lock_timeout = '1s'; set statement_timeout = '20s'"
 # Run silently before every probe (session 0): `regress_settled(conn)` waits until the statement a
 # probe sent through dblink connection `conn` (a session that may block, which a probe's own
 # sessions must not; connected with application_name regress_<conn>) has finished or waits on a
-# lock, observed with pg_blocking_pids (an ordering proven, not slept); `regress_terminated(pid)`
-# ends a session and waits until it is gone. Each has a deadline (15 s): running out raises RG001,
-# which ends the probe as ProbeInterrupted (a liveness failure, never a transcript line).
+# lock, observed with pg_blocking_pids (an ordering proven, not slept) in this probe's own database
+# (probes run side by side on clones of their own, and their connections share these names);
+# `regress_terminated(pid)` ends a session and waits until it is gone. Each has a deadline (15 s):
+# running out raises RG001, which ends the probe as ProbeInterrupted (a liveness failure, never a
+# transcript line).
 PRELUDE = """
 create function public.regress_settled(conn text) returns text language plpgsql as $$
 begin
@@ -64,8 +66,9 @@ begin
     if public.dblink_is_busy(conn) = 0 then
       return 'finished';
     end if;
-    if exists (select from pg_catalog.pg_stat_activity a where a.application_name = 'regress_' || conn
-                and pg_catalog.cardinality(pg_catalog.pg_blocking_pids(a.pid)) > 0) then
+    if exists (select from pg_catalog.pg_stat_activity a
+                where a.datname = pg_catalog.current_database() and a.application_name = 'regress_' || conn
+                  and pg_catalog.cardinality(pg_catalog.pg_blocking_pids(a.pid)) > 0) then
       return 'waiting on a lock';
     end if;
     perform pg_catalog.pg_sleep(0.01);  -- a poll under a deadline, not an ordering

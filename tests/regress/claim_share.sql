@@ -13,7 +13,7 @@ select count(*) from engine.v2_claim((select run_id from m), 'A', 'f', array[(se
 -- a second worker's claim of the same task, asynchronously (it waits)
 select dblink_send_query('c1', format('set lock_timeout = ''8s''; select count(*) from engine.v2_claim(%L, ''A'', ''f'', array[%s]::bigint[])', (select run_id from m), (select message_id from m)));
 select regress_settled('c1');
-select l.relation::regclass::text, l.mode, l.granted from pg_locks l join pg_stat_activity a on a.pid = l.pid where a.query like '%v2_claim%' and a.pid <> pg_backend_pid() and l.locktype = 'tuple' order by 1, 2;
+select l.relation::regclass::text, l.mode, l.granted from pg_locks l join pg_stat_activity a on a.pid = l.pid where a.datname = current_database() and a.query like '%v2_claim%' and a.pid <> pg_backend_pid() and l.locktype = 'tuple' order by 1, 2;
 -- session: 1
 -- the first worker's transaction goes on with the same run (reconcile needs the run no key update)
 select (engine.v2_reconcile((select run_id from m), 8)).actions;

@@ -13,6 +13,10 @@ select ctid, step_slug, status, error_message from engine.step_tasks order by ct
 create extension if not exists dblink;
 select dblink_connect('c', format('dbname=%s port=%s host=%s user=%s', current_database(), current_setting('port'), split_part(current_setting('unix_socket_directories'), ',', 1), current_user) || ' application_name=regress_c');
 -- session: 1
+-- only fail_task's session (c, which waits first) may detect the deadlock: this one neither
+-- detects it nor times out first, however late c's deadlock_timeout (1 s) fires under load
+set deadlock_timeout = '10s';
+set lock_timeout = '10s';
 begin;
 select step_slug from engine.start_tasks('v', array(select message_id from engine.step_tasks where step_slug = 'Y'));
 -- session: 0

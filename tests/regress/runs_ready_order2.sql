@@ -13,7 +13,6 @@ select step_slug from engine.start_tasks('f', array(select message_id from engin
 select (engine.complete_task((select run_id from engine.runs), 'R1', 0, '{}')).status;
 select (engine.complete_task((select run_id from engine.runs), 'R3', 0, '{}')).status;
 select ctid, step_slug, remaining_deps from engine.step_states order by ctid;
-explain select ss.step_slug from engine.step_states as ss join engine.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug where ss.run_id = (select run_id from engine.runs) and ss.status = 'created' and ss.remaining_deps = 0 for update of ss;
 select (engine.complete_task((select run_id from engine.runs), 'R2', 0, '{}')).status;
 select ctid, step_slug, remaining_deps from engine.step_states order by ctid;
 select step_slug, message_id from engine.step_tasks order by message_id;
