@@ -6,6 +6,12 @@ engine's notifications alone. Read back afterwards: the run is completed, no wai
 fallback, each of the run's two messages woke exactly one worker (as many reads as messages, none
 empty), each wake-up consumed the woken worker's registration, and A's message woke the worker
 that had waited longest on A's queue.
+
+Whether a wake-up consumed the registration is recorded when it happens, not inferred from the
+rows left at the end: a woken worker that registers again and then finds work removes its own row
+(`v2_unlisten`), so the end state depends on how the run and the worker's pauses interleave. A
+trigger this part installs on its clone logs every deleted registration with the session that
+deleted it; a consumed one was deleted by the notifier, never by its own session or not at all.
 """
 
 from __future__ import annotations
@@ -41,6 +47,28 @@ def _until(conn: Conn, query: str, want: int, what: str, timeout: float = DEADLI
         time.sleep(0.01)
 
 
+# this part's instrumentation (its clone only, never the engine): every deleted registration and
+# the session that deleted it (the trigger runs as its owner, whoever deletes)
+DELETIONS = """
+create table public.wake_deletions (pid integer, channel text, listening_since timestamptz, deleted_by integer);
+create function public.wake_deletion() returns trigger language plpgsql security definer
+set search_path = pg_catalog, pg_temp as $$
+begin
+  insert into public.wake_deletions values (old.pid, old.channel, old.listening_since, pg_catalog.pg_backend_pid());
+  return old;
+end $$;
+create trigger wake_deletions after delete on engine.listeners
+  for each row execute function public.wake_deletion();
+"""
+
+# each registration made before the run (still there, or deleted) and who deleted it (null: nobody)
+FATES = (
+    "select l.pid, d.deleted_by from (select pid, channel, listening_since from engine.listeners "
+    "union select pid, channel, listening_since from public.wake_deletions) as l "
+    "left join public.wake_deletions as d using (pid, channel, listening_since) where l.listening_since < %s"
+)
+
+
 def _reads(pool: list[V2Worker]) -> int:
     return sum(len(w.timings.samples.get("pgmq.read", [])) for w in pool if w.timings is not None)
 
@@ -48,6 +76,7 @@ def _reads(pool: list[V2Worker]) -> int:
 def wakeups(result: ScenarioResult, url: str, mode: QueueMode) -> None:
     with connect(url) as conn:
         flow = define_ab(conn, "wake", mode)
+        conn.execute(DELETIONS)
     steps = ["A", "B"] if mode == "step" else ["A"]
     pool: list[V2Worker] = []
     for step in steps:
@@ -65,8 +94,11 @@ def wakeups(result: ScenarioResult, url: str, mode: QueueMode) -> None:
         for t in threads:
             t.start()
         try:
-            _until(conn, "select count(*) from engine.listeners", len(pool) + 1, "every waiter registered",
-                   REGISTERED)  # fmt: skip
+            # registered, and done with the peek that follows the registration (idle after it): no
+            # waiter finds the run's work by its own peek instead of a wake-up
+            _until(conn, "select count(*) from engine.listeners as l join pg_stat_activity as a on a.pid = l.pid "
+                         "where a.state = 'idle' and a.query not like '%v2_listen%'", len(pool) + 1,
+                   "every waiter registered and waiting", REGISTERED)  # fmt: skip
             order = [int(r["pid"]) for r in rows(conn, "select pid from engine.listeners where channel = %s "
                                                        "order by listening_since, pid", (a_channel,))]  # fmt: skip
             reads_before = _reads(pool)
@@ -80,7 +112,7 @@ def wakeups(result: ScenarioResult, url: str, mode: QueueMode) -> None:
             except WaitTimeout:
                 completed = False
             seconds = time.perf_counter() - started
-            kept = rows(conn, "select pid from engine.listeners where listening_since < %s order by pid", (since,))
+            fates = rows(conn, FATES, (since,))
         finally:
             for w in pool:
                 w.request_shutdown()
@@ -106,13 +138,15 @@ def wakeups(result: ScenarioResult, url: str, mode: QueueMode) -> None:
         "per queue: a broadcast would wake them all)",
         mode,
     )
-    woken_pids = {w._waiter.pid for w in pool if w._waiter is not None and w._waiter.wakeups}
-    stale = sorted(int(r["pid"]) for r in kept if int(r["pid"]) in woken_pids)
+    woken_pids = {pid for w in pool if w._waiter is not None and w._waiter.wakeups and (pid := w._waiter.pid)}
+    # a woken waiter's registration from before the run, and whether a notifier (another session) deleted it
+    woken_before = {int(r["pid"]): r["deleted_by"] not in (None, r["pid"]) for r in fates if r["pid"] in woken_pids}
+    stale = sorted(pid for pid, consumed in woken_before.items() if not consumed)
     result.gate(
         "a_wake_up_consumes_the_registration",
-        bool(woken_pids) and not stale,
-        f"waiters woken (pids): {sorted(p for p in woken_pids if p)}; of them still registered since before the run "
-        f"(not consumed by their wake-up): {stale}",
+        bool(woken_before) and not stale,
+        f"waiters woken (pids): {sorted(woken_pids)}; of them registered before the run: {sorted(woken_before)}; "
+        f"registrations no notifier deleted (still there, or removed by the waiter's own session): {stale}",
         mode,
     )
     first = next((w for w in pool if any(s.step_slug == "A" for s in w.stats.settlements)), None)
