@@ -13,6 +13,7 @@ import pytest
 from evidence_lib.bundle.cli import main
 from evidence_lib.harness.locks import LivenessTimeout
 from evidence_lib.harness.waits import WaitTimeout
+from evidence_lib.model.check import CheckResult
 from evidence_lib.mutation import jobs, report, select, sweep
 from evidence_lib.mutation.catalogue import catalogue
 from evidence_lib.mutation.controls import Target
@@ -23,7 +24,7 @@ from evidence_lib.mutation.oracles import ModelOracle, judge_with_parts
 from evidence_lib.mutation.reach import ReachOracle
 from evidence_lib.mutation.registry import generated
 from evidence_lib.pg import db
-from evidence_lib.pg.db import Server, connect
+from evidence_lib.pg.db import Server, connect, one
 from evidence_lib.results.gate import Gate
 from evidence_lib.results.scenario import ScenarioResult
 from evidence_lib.scenarios import mutation as scenario
@@ -165,6 +166,32 @@ def test_two_model_oracles_side_by_side_kill_nothing_with_a_probe(server: Server
     for t in threads:
         t.join(300)
     assert results == {0: True, 1: True}
+
+
+@pytest.mark.parametrize(("outcomes", "passed"), [((False, True), True), ((False, False), False)])
+def test_a_candidate_cut_off_once_is_calibrated_again_with_twice_the_statement_timeout(
+    server: Server, template_db: str, outcomes: tuple[bool, bool], passed: bool
+) -> None:
+    """Under load a statement of the candidate's histories can pass the statement timeout: the
+    candidate then runs once more with twice the timeout instead of being red for the whole sweep
+    (every verdict a RuntimeError); a candidate that disagrees twice stays red."""
+    oracle = ModelOracle(server, template_db, examples=0, tag="cal")
+    timeouts: list[str] = []
+    real_run = oracle._run
+
+    def run(deadline: float | None, part: str = "all") -> CheckResult:
+        timeouts.append(str(one(oracle.conn, "show statement_timeout")))
+        result = real_run(deadline, "tour:flow")
+        if not outcomes[len(timeouts) - 1]:
+            result.out_of_time = "canceling statement due to statement timeout (planted)"
+        return result
+
+    try:
+        oracle._run = run  # type: ignore[method-assign]
+        assert oracle.calibrate().passed is passed
+    finally:
+        oracle.close()
+    assert timeouts == ["2s", "4s"]
 
 
 def test_the_candidate_agrees_gate_turns_red_on_a_candidate_the_model_disagrees_with(
