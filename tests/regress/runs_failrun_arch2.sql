@@ -8,6 +8,8 @@ select step_slug from engine.start_tasks('v', array(select message_id from engin
 select (engine.complete_task((select run_id from engine.runs), 'W', 0, '{}')).status;
 select step_slug from engine.start_tasks('v', array(select message_id from engine.step_tasks where step_slug = 'A'));
 select step_slug from engine.start_tasks('v', array(select message_id from engine.step_tasks where step_slug = 'Z'));
+-- a timer expires, nothing is ordered: Z's message vt (timeout 1 s + 2 s) passes, so Z is visible
+-- again; one-sided, A's vt is 62 s away
 select pg_sleep(3.3);
 select step_slug, status, message_id from engine.step_tasks order by message_id;
 create extension if not exists dblink;

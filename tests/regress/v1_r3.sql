@@ -15,7 +15,10 @@ begin;
 select (engine.complete_task((select id from rn), 'A', 0, '1')).status;
 select engine.requeue_stalled_tasks();
 select count(*) from engine.start_tasks('m', array(select message_id from engine.step_tasks where flow_slug = 'M'));
-select pg_sleep(2.3);
+-- M.X restarted 2.4 s ago, written in its own transaction (never slept: a sleep plus the round trips
+-- under load could pass the 3 s stall line); its age at c1's recheck is 2.4 s plus two round
+-- trips: inside (2 s, 3 s), between a recheck one second short and the timeout + 2 s one
+update engine.step_tasks set started_at = started_at - interval '2.4 s' where flow_slug = 'M';
 -- session: 0
 select dblink_send_query('c1', 'select engine.requeue_stalled_tasks()');
 select regress_settled('c1');

@@ -15,6 +15,8 @@ commit;
 -- session: 0
 select * from dblink_get_result('c2') as t(n bigint);
 select * from dblink_get_result('c2') as t(n bigint);
+-- a timer expires, nothing is ordered: X's start (c2, uncommitted) passes the stall line of
+-- timeout 1 s + 2 s; one-sided, a longer wait under load leaves X just as stalled
 select pg_sleep(3.3);
 set lock_timeout = '500ms';
 select engine.requeue_stalled_tasks();
