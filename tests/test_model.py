@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from evidence_lib.model import ops
+from evidence_lib.model import observe, ops
 from evidence_lib.model.bench import Bench, ModelMismatch
 from evidence_lib.model.check import check, machine_for
 from evidence_lib.model.machine import EngineMachine
-from evidence_lib.model.reference import Model
+from evidence_lib.model.reference import Model, Outcome
 from evidence_lib.mutation.catalogue import catalogue
 from evidence_lib.mutation.controls import patch_sql
 from evidence_lib.pg import db
@@ -131,6 +131,45 @@ def test_regression_histories_fail_on_their_mutant(
             REGRESSIONS[name](machine)
     finally:
         machine.teardown()
+
+
+def _in_backoff() -> Model:
+    """A model whose v2 run r1 is dirty (A settled) and backing off until [10.0, 10.1]."""
+    model = Model()
+    model.define(ops.flow_def("m1", "flow", "ab"))
+    model.start_run("m1", {"n": 1}, 8, "r1", (0.0, 0.1))
+    model.claim("r1", "A", "m1", [5], 5, (0.0, 0.1), "c1")
+    model.settle("c1", "completed", {}, 2, now=(0.0, 0.1))
+    run = model.runs["r1"]
+    assert run.requested > run.processed
+    run.health, run.errors, run.next_attempt = "backoff", 1, (10.0, 10.1)
+    return model
+
+
+def test_an_instant_the_checker_accepts_outside_its_window_is_not_answered_with_certainty() -> None:
+    """The checker accepts a database instant up to TOLERANCE outside the model's window, so a
+    question asked inside that margin is ambiguous: the CI run on PostgreSQL 15 whose backoff the
+    model called "not over" while the engine, its instant accepted, found it over."""
+    assert observe.differences({"next_attempts": {"r1": (10.0, 10.1)}}, {"next_attempts": {"r1": 10.0 - 0.03}}) == []
+    model = _in_backoff()
+    assert model.due((9.98, 9.99)) == [] and model.ambiguous  # 20 ms after the accepted instant: not certain
+    other = model.copy()
+    other.force = {q: False for q in model.ambiguous}
+    assert other.due((9.98, 9.99)) == ["r1"]
+    far = _in_backoff()
+    assert far.due((9.90, 9.94)) == [] and not far.ambiguous  # before the widened window: certain
+    assert far.due((10.16, 10.2)) == ["r1"] and not far.ambiguous  # after it: certain
+
+
+def test_a_run_forced_due_by_reconcile_next_is_reconciled_not_skipped() -> None:
+    """v2_reconcile_next's choice and the v2_reconcile it calls ask one question about the
+    backoff: forced over, the run is reconciled (the engine's clock does not go back between)."""
+    model = _in_backoff()
+    assert model.reconcile_next(8, (10.0, 10.05)) == Outcome("empty") and model.ambiguous
+    other = _in_backoff()
+    other.force = {q: False for q in model.ambiguous}
+    answer = other.reconcile_next(8, (10.0, 10.05))
+    assert answer.kind == "value" and answer.value[0] == "r1" and answer.value[2] == 1  # B dispatched
 
 
 def test_an_ambiguous_instant_gives_two_candidate_answers() -> None:

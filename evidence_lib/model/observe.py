@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg import sql
 
-from evidence_lib.model.state import _canon
+from evidence_lib.model.state import TOLERANCE, _canon
 from evidence_lib.pg.db import Conn
 
 QUERIES = {
@@ -120,7 +120,6 @@ def snapshot(conn: Conn) -> dict[str, Any]:
 
 
 INSTANTS = ("vt", "leases", "next_attempts")  # the model holds a window [earliest, latest]; the database one instant
-TOLERANCE = 0.05  # seconds: the server's clock and the client's are the same machine's
 
 
 def _agrees(table: str, want: Any, got: Any) -> bool:

@@ -19,6 +19,11 @@ INSUFFICIENT_PRIVILEGE = "42501"
 CHECK_VIOLATION = "23514"
 HOOK_FAILED = "DR900"
 Window = tuple[float, float]
+# How far outside the model's window a database instant may lie and still agree (the server's clock
+# and the client's are the same machine's, read by two processes). The checker accepts an instant
+# that far out, so the model must not answer a question about it with certainty that far out either
+# (`Model._before`): an accepted instant is known only to within its window widened by this.
+TOLERANCE = 0.05  # seconds
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,13 @@ def in_envelope(flow: FlowDef) -> bool:
     return flow.effective(a, "start_delay") == 0 and 0 <= flow.effective(b, "start_delay") <= START_DELAY_B_MAX
 
 
+def _backoff(run_id: str) -> str:
+    """The one question about a run's backoff, asked by v2_reconcile_next's choice and again by
+    the v2_reconcile it calls: one forced answer serves both, as the engine's clock only moves
+    forward between them (a run chosen as due is never then skipped as still backing off)."""
+    return f"the backoff of {run_id[:8]} over"
+
+
 def definition_key(flow: FlowDef) -> tuple[Any, ...]:
     """What the engine's definition hash covers: the flow's options and mode, and every step
     (slug, index, options, route, deps), in step order."""
@@ -268,7 +275,7 @@ class V2Rules:
         if run.health == "attention":
             return skip
         waiting = run.health == "backoff" and run.next_attempt is not None
-        if waiting and run.next_attempt and self._before(now, run.next_attempt, "reconcile before the backoff ends"):
+        if waiting and run.next_attempt and self._before(now, run.next_attempt, _backoff(run_id)):
             return skip
         action = self._next_action(run)
         if not (action is not None and self._fails(run, action)) and (hooked := self._hook(
@@ -284,7 +291,7 @@ class V2Rules:
             if run.protocol != "v2" or run.requested <= run.processed or run.health == "attention" or run_id in skip:
                 continue
             waiting = run.health == "backoff" and run.next_attempt is not None
-            if waiting and run.next_attempt and self._before(now, run.next_attempt, f"{run_id[:8]} due"):
+            if waiting and run.next_attempt and self._before(now, run.next_attempt, _backoff(run_id)):
                 continue
             due.append(run_id)
         return sorted(due, key=lambda r: (self.runs[r].next_attempt is not None,
