@@ -71,9 +71,13 @@ def check(
     server: Server, template: str, *, examples: int, steps: int, seed: int, shrink: bool = True,
     tour_first: bool = True, conn: Conn | None = None, deadline: float | None = None,
     modes: tuple[str, ...] = ("flow", "step"), observer: Observer | None = None,
+    shrink_seconds: int = SHRINK_SECONDS, max_shrinks: int | None = None,
 ) -> CheckResult:  # fmt: skip
     """`examples` random histories of up to `steps` operations each (plus races), from `seed`;
-    a failure is shrunk for at most SHRINK_SECONDS (Hypothesis's own shrink time limit, set here).
+    a failure is shrunk for at most `shrink_seconds` (Hypothesis's own shrink time limit, set
+    here). How short a shrink cut off by time gets depends on the machine's load; `max_shrinks`
+    (Hypothesis's count of successful shrinks, default its own) ends it after as many steps on
+    any machine, so a caller that judges the shrunk length sets that and a generous time.
 
     With `conn` (a session inside an open transaction), every history runs in that transaction,
     each in a savepoint (no lost acknowledgements, no two-session races: one session); past
@@ -81,7 +85,8 @@ def check(
     try:
         return _check(server, template, examples=examples, steps=steps, seed=seed, shrink=shrink,
                       tour_first=tour_first, conn=conn, deadline=deadline, modes=modes,
-                      observer=observer)  # fmt: skip
+                      observer=observer, shrink_seconds=shrink_seconds,
+                      max_shrinks=max_shrinks)  # fmt: skip
     except OutOfTime as exc:
         result = CheckResult(Bench(server, template, conn=conn), out_of_time=str(exc))
         result.settings = {"examples": examples, "steps": steps, "seed": seed, "shrink": shrink}
@@ -91,6 +96,7 @@ def check(
 def _check(
     server: Server, template: str, *, examples: int, steps: int, seed: int, shrink: bool, tour_first: bool,
     conn: Conn | None, deadline: float | None, modes: tuple[str, ...], observer: Observer | None = None,
+    shrink_seconds: int = SHRINK_SECONDS, max_shrinks: int | None = None,
 ) -> CheckResult:  # fmt: skip
     import time
 
@@ -119,8 +125,9 @@ def _check(
     # at least half the steps: short histories rarely reach B, takeovers or attention
     bench.phase = "random"
     test = hypothesis.seed(seed)(get_state_machine_test(machine, settings=settings, _min_steps=steps // 2))
-    limit = engine.MAX_SHRINKING_SECONDS
-    engine.MAX_SHRINKING_SECONDS = SHRINK_SECONDS
+    limit, count = engine.MAX_SHRINKING_SECONDS, engine.MAX_SHRINKS
+    engine.MAX_SHRINKING_SECONDS = shrink_seconds
+    engine.MAX_SHRINKS = count if max_shrinks is None else max_shrinks
     try:
         test()
     except Exception as exc:  # a mismatch, or the engine broke the checker itself: both are findings
@@ -128,6 +135,6 @@ def _check(
             f"{type(exc).__name__}: {str(exc)[:1500]}", list(bench.last_transcript), seed, shrink
         )
     finally:
-        engine.MAX_SHRINKING_SECONDS = limit
+        engine.MAX_SHRINKING_SECONDS, engine.MAX_SHRINKS = limit, count
     result.seconds = time.perf_counter() - started
     return result
