@@ -19,6 +19,7 @@ from typing import Any
 import nbformat
 import pytest
 
+from evidence_lib.bundle.notebooks import DEFAULT_CELL_TIMEOUT, cell_timeout
 from evidence_lib.bundle.params import declared_parameters
 from evidence_lib.bundle.runner import NOTEBOOKS_DIR, SCENARIOS, ParameterError, run_evidence
 from evidence_lib.pg.db import Server
@@ -44,6 +45,18 @@ def test_notebooks_are_committed_clean_with_a_typed_parameters_cell(path: Path) 
     assert sorted(declared) == sorted(ln.split(":", 1)[0] for ln in lines), "papermill reads every parameter"
     assert nb.metadata["kernelspec"]["name"] == "dirty-runs-evidence"
     assert len(nb.cells) < 40
+    budget = nb.metadata.get("evidence", {})
+    if "cell_timeout_seconds" in budget:  # a notebook that needs more than the default says why
+        assert budget["cell_timeout_seconds"] > DEFAULT_CELL_TIMEOUT and budget.get("cell_timeout_why"), budget
+
+
+def test_a_notebook_declares_its_own_cell_budget_and_the_caller_overrides_it() -> None:
+    """The cell timeout is a liveness backstop: the negative controls loop over every control of
+    the catalogue (each part bounded by its own deadline) and declare a longer one; others keep
+    the default; an explicit --cell-timeout wins over both."""
+    assert cell_timeout("10_negative_controls", None) == 1800
+    assert cell_timeout("01_ab_proof", None) == DEFAULT_CELL_TIMEOUT == 600
+    assert cell_timeout("10_negative_controls", 42.0) == 42.0
 
 
 def test_every_scenario_has_its_notebook() -> None:
@@ -98,6 +111,8 @@ def test_smoke_run_of_each_notebook(scenario: str, server: Server, tmp_path: Pat
     code = run_evidence(scenario, small, database_url=server.maintenance_url, out=bundle, jobs=1)
     assert code == 0
     check_bundle(bundle, [stem])
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["cell_timeout_seconds"] == {stem: cell_timeout(stem, None)}
     sidecar = json.loads((bundle / "sidecars" / f"{stem}.json").read_text())
     assert sidecar["parameters"].get("queue_modes", "step") == "step", stem
     index = (bundle / "index.html").read_text()

@@ -282,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--repeat", type=int, default=None, help="shortcut for -p repeat=N")
         p.add_argument("--out", default="", help="bundle folder (default: outputs/<UTC time>-<rev12>)")
-        p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one notebook cell may run")
+        p.add_argument("--cell-timeout", type=float, default=None,
+                       help="seconds one notebook cell may run (default 600, or a notebook's own budget)")  # fmt: skip
         p.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
                        help="scenarios at once (default: the cores; performance always runs alone)")  # fmt: skip
         p.add_argument(

@@ -35,6 +35,22 @@ CLEARED = {
 _ASSIGNMENT = re.compile(r"^(\w+)\s*=")
 
 
+DEFAULT_CELL_TIMEOUT = 600.0  # seconds one cell may run, unless its notebook declares its own budget
+
+
+def cell_timeout(stem: str, given: float | None) -> float:
+    """The seconds one cell of notebook `stem` may run: `given` (the caller's --cell-timeout),
+    else the budget the notebook declares in its metadata (`evidence.cell_timeout_seconds`, with
+    its reason beside it: a cell that loops over steps each bounded by its own deadline), else
+    DEFAULT_CELL_TIMEOUT. The timeout is a liveness backstop, never a measurement: a slow machine
+    must not turn a bundle red."""
+    if given is not None:
+        return given
+    metadata = nbformat.read(NOTEBOOKS_DIR / f"{stem}.ipynb", as_version=4).metadata
+    declared = metadata.get("evidence", {}).get("cell_timeout_seconds")
+    return float(declared) if declared is not None else DEFAULT_CELL_TIMEOUT
+
+
 def _kernel_manager(env: dict[str, str], started: list[int]) -> type:
     """A kernel manager whose kernel gets `env` on top of this process's environment (an empty
     value removes the variable): scenarios running side by side each get their own."""

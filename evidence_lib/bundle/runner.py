@@ -27,6 +27,7 @@ from typing import Any
 from evidence_lib import KERNEL_NAME, MIGRATIONS_DIR, OUTPUTS_DIR, PROJECT_ROOT, progress
 from evidence_lib.bundle import manifest as facts
 from evidence_lib.bundle import schedule
+from evidence_lib.bundle.notebooks import cell_timeout as cell_timeout_of
 from evidence_lib.bundle.notebooks import execute, finish, interrupt_kernels
 from evidence_lib.bundle.params import (
     MATRIX_SCENARIOS,
@@ -59,7 +60,7 @@ class Plan:
     overrides: dict[str, Any]
     routed: dict[str, dict[str, Any]]
     declared: dict[str, dict[str, Any]]
-    cell_timeout: float
+    cell_timeout: float | None  # the caller's; None: each notebook's own (notebooks.cell_timeout)
     matrix: bool
     jobs: int = 1  # scenarios at once (bundle.schedule)
 
@@ -70,7 +71,7 @@ def run_evidence(
     *,
     database_url: str | None = None,
     out: Path | None = None,
-    cell_timeout: float = 600.0,
+    cell_timeout: float | None = None,
     versions: list[str] | None = None,
     jobs: int = 1,
     shard: Shard | None = None,
@@ -195,7 +196,7 @@ def _manifest(plan: Plan, pg: str | None) -> dict[str, Any]:
         "packages": facts.installed_packages(),
         "overrides": plan.overrides,
         "parameters": {},
-        "cell_timeout_seconds": plan.cell_timeout,
+        "cell_timeout_seconds": {stem: cell_timeout_of(stem, plan.cell_timeout) for stem in plan.selected.values()},
         "started_at": started.isoformat(timespec="seconds"),
         "started_at_stamp": started.strftime("%Y%m%dT%H%M%SZ"),
         "kernel": KERNEL_NAME,
@@ -264,7 +265,8 @@ def _on_server(
         try:
             with Watcher(progress_file, run.label, say):
                 execute(stem, output, {**plan.routed[stem], "database_url": url, "bundle_dir": str(where.resolve())},
-                        where / "logs" / f"{stem}.log", plan.cell_timeout, run, env)  # fmt: skip
+                        where / "logs" / f"{stem}.log", cell_timeout_of(stem, plan.cell_timeout), run,
+                        env)  # fmt: skip
         finally:  # an interrupted notebook still gets its report, with what it got to
             _gather(where, stem, major, output, manifest, run)
         red = run.red
