@@ -38,7 +38,8 @@ class StarvationResult:
     b_p95_ms: float
     b_max_ms: float
     seconds: float
-    b_done_while_a_queued: bool = False  # every probe's B settled before the last A was claimed
+    b_done_while_a_queued: bool = False  # every probe completed while A tasks were still unclaimed
+    a_unclaimed: int = 0  # A tasks never claimed when the probes were done (the pools stop then)
     latencies_ms: list[float] = field(default_factory=list, compare=False)
 
 
@@ -99,6 +100,7 @@ def run_mode(
             started = time.perf_counter()
             for t in threads:
                 t.start()
+            finished = False
             try:
                 deadline = time.monotonic() + timeout
                 while time.monotonic() < deadline:
@@ -107,6 +109,7 @@ def run_mode(
                         (probe_ids,),
                     ).fetchone()
                     if row is not None and row[0] == 0:
+                        finished = True
                         break
                     time.sleep(PROGRESS_POLL)
             finally:
@@ -126,12 +129,14 @@ def run_mode(
                     (probe_ids,),
                 ).fetchall()
             ]
-            ahead = conn.execute(
-                "select (select max(s.settled_at) from engine.task_settlements s join engine.task_claims c "
-                "using (claim_id) where c.step_slug = 'B' and c.run_id = any(%s)) "
-                "< (select max(claimed_at) from engine.task_claims where step_slug = 'A')",
-                (probe_ids,),
+            # read after the pools stopped, which they do only once every probe completed: an A task
+            # never claimed was still queued then (not "the last A claimed after the last B settled",
+            # which raced with the shutdown: a pool between two claims at that moment made it false)
+            unclaimed = conn.execute(
+                "select count(*) from engine.step_tasks as t where t.step_slug = 'A' and not exists "
+                "(select from engine.task_claims as c where c.run_id = t.run_id and c.step_slug = 'A')"
             ).fetchone()
+            a_unclaimed = int(unclaimed[0]) if unclaimed else 0
     return StarvationResult(
         mode,
         backlog,
@@ -142,8 +147,9 @@ def run_mode(
         percentile(latencies, 95),
         max(latencies, default=float("nan")),
         seconds,
-        bool(ahead and ahead[0]),
-        sorted(latencies),
+        b_done_while_a_queued=finished and a_unclaimed > 0,
+        a_unclaimed=a_unclaimed,
+        latencies_ms=sorted(latencies),
     )
 
 

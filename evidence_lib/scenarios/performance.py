@@ -191,8 +191,9 @@ def _starvation(result: ScenarioResult, server: Server, backlog: int, probes: in
     result.gate(
         "private step queues isolate B from the A backlog",
         step.b_done_while_a_queued,
-        f"with step queues every probe's B settled while A's backlog was still queued: "
-        f"{step.b_done_while_a_queued} (plain flow: {plain.b_done_while_a_queued}); measured B p95 behind "
+        f"with step queues every probe completed while A's backlog was still queued: "
+        f"{step.b_done_while_a_queued}, {step.a_unclaimed} of {backlog + probes} A tasks never claimed by then "
+        f"(plain flow: {plain.b_done_while_a_queued}, {plain.a_unclaimed}); measured B p95 behind "
         f"{backlog} queued A tasks: plain {plain.b_p95_ms:.0f} ms, step queues {step.b_p95_ms:.1f} ms "
         f"({ratio:.0f}x, target 5x {'met' if ratio >= 5 else 'missed'})",
     )
