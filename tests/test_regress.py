@@ -37,6 +37,25 @@ def test_no_probe_prints_a_query_plan() -> None:
     assert explaining == []
 
 
+def test_a_probe_sleeps_only_to_let_a_timer_expire_and_says_so() -> None:
+    """A sleep may let a visibility time, a start delay or a stall line pass (one-sided: a longer
+    wait under load gives the same transcript); it never decides which session goes first, which
+    is proven in pg_locks (regress_settled). Each sleep says which timer it waits out on the
+    comment line above it."""
+    unexplained = []
+    for name in regress.probes():
+        lines = (regress.PROBE_DIR / f"{name}.sql").read_text().splitlines()
+        for i, line in enumerate(lines):
+            if "pg_sleep" not in line:
+                continue
+            start = i
+            while start > 0 and lines[start - 1].startswith("--"):  # the comment block right above
+                start -= 1
+            if not any(c.startswith("-- a timer expires, nothing is ordered") for c in lines[start:i]):
+                unexplained.append(f"{name}:{i + 1}: {line.strip()}")
+    assert unexplained == []
+
+
 def test_a_transcript_numbers_ids_masks_times_and_shows_errors(server: Server) -> None:
     probe = """
     select '11111111-2222-3333-4444-555555555555'::uuid as a, now() as t, '{"b": 1, "a": [2]}'::jsonb as j;

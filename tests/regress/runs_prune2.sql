@@ -8,7 +8,6 @@ select pgmq.create((select definition_hash from engine.flows where flow_slug = '
 select pgmq.archive('flow', pgmq.send('flow', '{"other":"app"}'));
 select pgmq.archive('s', pgmq.send('s', '{"other":"app"}'));
 select pgmq.archive((select definition_hash from engine.flows where flow_slug = 'V'), pgmq.send((select definition_hash from engine.flows where flow_slug = 'V'), '{"other":"app"}'));
-select pg_sleep(0.01);
 select engine.prune_data_older_than(interval '0');
 select (select count(*) from pgmq.a_flow) as a_flow, (select count(*) from pgmq.a_s) as a_s;
 select count(*) from pgmq.list_queues();
