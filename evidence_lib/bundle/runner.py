@@ -60,7 +60,7 @@ class Plan:
     overrides: dict[str, Any]
     routed: dict[str, dict[str, Any]]
     declared: dict[str, dict[str, Any]]
-    cell_timeout: float | None  # the caller's; None: each notebook's own (notebooks.cell_timeout)
+    cell_timeouts: dict[str, float]  # notebook stem -> seconds one cell may run (notebooks.cell_timeout)
     matrix: bool
     jobs: int = 1  # scenarios at once (bundle.schedule)
 
@@ -86,7 +86,8 @@ def run_evidence(
     routed, declared = route_parameters(planned, params or {})  # every shard checks the parameters of the plan
     routed = {stem: v for stem, v in routed.items() if stem in selected.values()}
     declared = {stem: v for stem, v in declared.items() if stem in selected.values()}
-    plan = Plan(selected, dict(params or {}), routed, declared, cell_timeout, matrix=bool(versions), jobs=jobs)
+    timeouts = {stem: cell_timeout_of(stem, cell_timeout) for stem in selected.values()}  # resolved once
+    plan = Plan(selected, dict(params or {}), routed, declared, timeouts, matrix=bool(versions), jobs=jobs)
     say = Say(Clock())
     runs: list[NotebookRun] = []
     bundle: Path | None = None
@@ -196,7 +197,7 @@ def _manifest(plan: Plan, pg: str | None) -> dict[str, Any]:
         "packages": facts.installed_packages(),
         "overrides": plan.overrides,
         "parameters": {},
-        "cell_timeout_seconds": {stem: cell_timeout_of(stem, plan.cell_timeout) for stem in plan.selected.values()},
+        "cell_timeout_seconds": plan.cell_timeouts,
         "started_at": started.isoformat(timespec="seconds"),
         "started_at_stamp": started.strftime("%Y%m%dT%H%M%SZ"),
         "kernel": KERNEL_NAME,
@@ -265,8 +266,7 @@ def _on_server(
         try:
             with Watcher(progress_file, run.label, say):
                 execute(stem, output, {**plan.routed[stem], "database_url": url, "bundle_dir": str(where.resolve())},
-                        where / "logs" / f"{stem}.log", cell_timeout_of(stem, plan.cell_timeout), run,
-                        env)  # fmt: skip
+                        where / "logs" / f"{stem}.log", plan.cell_timeouts[stem], run, env)  # fmt: skip
         finally:  # an interrupted notebook still gets its report, with what it got to
             _gather(where, stem, major, output, manifest, run)
         red = run.red
