@@ -39,6 +39,7 @@ SCENARIO_IMPORTERS = {
     "tests/test_worker_outages.py",
     "tests/test_model.py",
     "tests/test_mutation_status.py",
+    "tests/test_mutation_unit_parts.py",
     "tests/test_regress.py",
 }
 MAX_LINES = 400

@@ -29,6 +29,14 @@ COVERAGE_ENV = "EVIDENCE_COVERAGE"
 # parts whose two queue modes run different things: the model-check tour runs its probes (the
 # schema's refusals, the roles, the definitions) in flow mode only, so neither mode stands for both
 BOTH_MODES = ("model_check/tour",)
+# the parts that are the project's own tests of the worker code (`pytest/tests/<file>::<test>`):
+# they judge Python mutants only (they run on clones of the candidate, never a SQL mutant's)
+UNIT_TESTS = "pytest/"
+# the test files that drive the worker code (workers, reconciler driver, takeover command, timers),
+# with what they import from `tests/`; every test function of them is a part
+WORKER_TESTS = ("tests/test_v1_worker.py", "tests/test_v2_worker.py", "tests/test_worker_outages.py",
+                "tests/test_reconciler.py", "tests/test_queues.py", "tests/test_worker_timing.py")  # fmt: skip
+TEST_SUPPORT = ("tests/conftest.py", "tests/helpers.py", "tests/v2_helpers.py")
 ALWAYS = "(every part)"  # what a schema or privilege mutant touches: every part may notice it
 
 
@@ -70,7 +78,7 @@ class CoverageMap:
         if mutant.kind == "python":
             found = [p for p in self.parts if _runs(p, mutant)]
         elif not mutant.functions:
-            found = list(self.parts)
+            found = [p for p in self.parts if not p.label.startswith(UNIT_TESTS)]
         else:
             found = [p for p in self.parts if any(f in p.sql for f in mutant.functions)]
         one_mode: dict[str, Covered] = {}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from evidence_lib import OUTPUTS_DIR, PROJECT_ROOT
+from evidence_lib.mutation.coverage import TEST_SUPPORT, WORKER_TESTS
 from evidence_lib.mutation.mutant import Verdict
 
 DEFAULT = OUTPUTS_DIR / ".mutation" / "history.json"
@@ -25,9 +26,10 @@ MODEL_CODE = ("evidence_lib/model", "evidence_lib/engine", "evidence_lib/mutatio
               "evidence_lib/mutation/reach.py", "evidence_lib/mutation/apply.py")  # fmt: skip
 PARTS_JUDGE = ("evidence_lib/mutation/judging.py", "evidence_lib/mutation/coverage.py")
 # the parts judge with their code and with the files they compare against: the races' expected
-# transcripts and the SQL probes with theirs (a new probe must invalidate a reused Survived)
+# transcripts and the SQL probes with theirs (a new probe must invalidate a reused Survived), and
+# the project's tests of the worker code, which are parts too
 PARTS_CODE = (*MODEL_CODE, *PARTS_JUDGE, "evidence_lib/scenarios", "evidence_lib/harness", "tests/expected",
-              "tests/regress")  # fmt: skip
+              "tests/regress", *WORKER_TESTS, *TEST_SUPPORT)  # fmt: skip
 JUDGING_FILES = ("*.py", "*.sql", "*.out")
 
 

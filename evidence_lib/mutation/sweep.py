@@ -25,7 +25,7 @@ from pathlib import Path
 from evidence_lib import progress
 from evidence_lib.mutation import select
 from evidence_lib.mutation.controls import Target
-from evidence_lib.mutation.coverage import CoverageMap, Covered
+from evidence_lib.mutation.coverage import TEST_SUPPORT, UNIT_TESTS, WORKER_TESTS, CoverageMap, Covered
 from evidence_lib.mutation.equivalents import equivalents
 from evidence_lib.mutation.generate import Generated
 from evidence_lib.mutation.history import DEFAULT, History, fingerprint
@@ -58,9 +58,12 @@ CONCURRENT = ("races/", "reconciliation/", "admission/isolation", "queue_identit
 def likeliest_first(mutant: Mutant, parts: list[Covered], budget: float) -> tuple[list[Covered], int]:
     """The covering parts to try, in order, within `budget` seconds of the candidate's time; and
     how many were left out. A lock changes what two sessions see: the parts with concurrent
-    sessions go first for a locking mutant; otherwise the fastest first."""
+    sessions go first for a locking mutant; the project's tests of the worker code, which call it
+    directly and check what it returns, go first for a Python mutant; otherwise the fastest first."""
     concurrent = mutant.family in ("locking", "higher-order") or "Lock" in mutant.operator
-    ordered = sorted(parts, key=lambda p: (not (concurrent and p.label.startswith(CONCURRENT)), p.seconds))
+    python = mutant.kind == "python"
+    ordered = sorted(parts, key=lambda p: (not (concurrent and p.label.startswith(CONCURRENT)),
+                                           not (python and p.label.startswith(UNIT_TESTS)), p.seconds))  # fmt: skip
     if budget <= 0:
         return ordered, 0
     kept: list[Covered] = []
@@ -169,7 +172,7 @@ def plan(settings: Settings, revision: str) -> list[Mutant]:
 
 
 def coverage_key() -> str:
-    return fingerprint(("evidence_lib", "migrations", "sql"))
+    return fingerprint(("evidence_lib", "migrations", "sql", *WORKER_TESTS, *TEST_SUPPORT))
 
 
 class _Run:
@@ -290,23 +293,24 @@ def _candidate_parts(server: Server, candidate: str, settings: Settings, rest: l
     on this candidate (their records are used as they are); otherwise a cached map picks the parts
     (every part when there is none) and they run on the candidate now."""
     folder = settings.coverage_folder
+    python = any(m.kind == "python" for m in rest)  # the worker tests judge Python mutants only
     if folder is not None and any(folder.glob("*.jsonl")):
         known = CoverageMap.from_folder(folder)
         have = {p.label for p in known.parts}
-        missing = [t for t in _targets(settings) if t.label not in have]
+        missing = [t for t in _targets(settings, python) if t.label not in have]
         progress.report(f"candidate: the parts this bundle's scenarios ran, and {len(missing)} more")
         known.parts = [p for p in known.parts if not _skipped(p.label)]
         known.parts += _run_on_candidate(server, candidate, settings, missing)
         return _checked(known, sweep)
     cached = settings.coverage or (DEFAULT.parent / f"coverage-{coverage_key()}.json")
-    targets = _targets(settings)
+    targets = _targets(settings, python)
     if cached.is_file():
         old = CoverageMap.load(cached)
         needed = {p.label for m in rest for p in old.parts_for(m)}
         targets = [t for t in targets if t.label in needed or t.label not in {p.label for p in old.parts}]
     progress.report(f"candidate: {len(targets)} scenario parts, for coverage and the gates green there")
     fresh = CoverageMap(_run_on_candidate(server, candidate, settings, targets))
-    if not cached.is_file() or len(targets) == len(_targets(settings)):
+    if not cached.is_file() or len(targets) == len(_targets(settings, True)):
         cached.parent.mkdir(parents=True, exist_ok=True)
         fresh.save(cached)
     return _checked(fresh, sweep)
@@ -316,8 +320,11 @@ def _skipped(label: str) -> bool:
     return any(label.startswith(s) for s in SKIPPED_PARTS)
 
 
-def _targets(settings: Settings) -> list[Target]:
-    return [t for t in runner_of(settings.runner)[1]() if not _skipped(t.label)]
+def _targets(settings: Settings, python: bool) -> list[Target]:
+    """The parts to run on the candidate; the project's worker tests only when `python` mutants
+    are to be judged."""
+    return [t for t in runner_of(settings.runner)[1]() if not _skipped(t.label)
+            and (python or not t.label.startswith(UNIT_TESTS))]  # fmt: skip
 
 
 def _run_on_candidate(server: Server, candidate: str, settings: Settings, targets: list[Target]) -> list[Covered]:

