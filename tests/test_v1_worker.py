@@ -132,6 +132,8 @@ def test_unknown_messages_are_left_intact(conn: Conn, db_url: str, caplog: Any) 
     before = {m["msg_id"]: m for m in queue_messages(conn, "intact")}
     with caplog.at_level(logging.WARNING), Worker(db_url, flow) as w:
         drain(w)
+    assert (w.stats.read, w.stats.granted, w.stats.completed, w.stats.failed, w.stats.left_intact) == (5, 1, 1, 0, 4)
+    assert any(f"message {ids[2]} in queue intact was not granted" in r.getMessage() for r in caplog.records)
     after = {m["msg_id"]: m for m in queue_messages(conn, "intact")}
     assert set(after) == set(ids)  # nothing archived or deleted
     for mid in ids:
@@ -160,8 +162,51 @@ def test_shutdown_leaves_unfinished_work_unreported(conn: Conn, db_url: str) -> 
         assert started.wait(10)
         w.request_shutdown()
     release.set()
+    assert _until(lambda: w.stats.abandoned == 1), "the late handler ended without a word"
     assert task(conn, run_id, "a")["status"] == "started"  # left to stalled-task recovery
-    assert w.stats.failed == 0
+    assert w.stats.failed == 0 and w.stats.completed == 0
+    assert any(e.startswith("ShutdownRequested: task") for e in w.stats.errors)
+
+
+def test_a_report_that_keeps_losing_its_connection_gives_up_and_leaves_the_task_started(
+    conn: Conn, db_url: str, caplog: Any
+) -> None:
+    def kill_my_connections(_: Json) -> Json:
+        with connect(db_url) as admin:  # a real transport loss: the worker's backends die
+            admin.execute(
+                "select pg_terminate_backend(pid, 5000) from pg_stat_activity where application_name = 'w_gives_up'"
+            )
+        return "done"
+
+    flow = one_step("givesup", kill_my_connections, max_attempts=1)
+    compile_flow(conn, flow)
+    run_id = v1.start_flow(conn, "givesup", {})
+    config = WorkerConfig(concurrency=1, report_attempts=1)
+    with caplog.at_level(logging.ERROR), Worker(db_url, flow, name="w_gives_up", config=config) as w:
+        drain(w)
+    assert (w.stats.transport_errors, w.stats.completed, w.stats.failed) == (1, 0, 0)
+    assert any("gave up reporting the result of" in r.getMessage() and "after 1 transport errors" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
+    assert task(conn, run_id, "a")["status"] == "started"  # requeue_stalled_tasks will recover it
+
+
+def test_a_poll_without_a_server_is_a_transport_error_not_a_crash() -> None:
+    dead = "postgresql://postgres@/postgres?host=/nonexistent-socket-dir"
+    with Worker(dead, one_step("dead", lambda _: 1), config=WorkerConfig(pool_wait=0.2)) as w:
+        assert w.poll() == 0
+    assert w.stats.read == 0
+    assert [e.split(":", 1)[0] for e in w.stats.errors] == ["TransportError"]
+    assert "reading dead" in w.stats.errors[0]
+
+
+def _until(condition: Any, guard: float = 10.0) -> bool:
+    """Whether `condition()` became true within `guard` seconds (a liveness guard only)."""
+    pause = threading.Event()
+    for _ in range(int(guard / 0.01)):
+        if condition():
+            return True
+        pause.wait(0.01)
+    return False
 
 
 def test_worker_step_selector_rules() -> None:
