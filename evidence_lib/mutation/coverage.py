@@ -38,7 +38,7 @@ WORKER_TESTS = ("tests/test_v1_worker.py", "tests/test_v2_worker.py", "tests/tes
                 "tests/test_reconciler.py", "tests/test_queues.py", "tests/test_worker_timing.py",
                 "tests/test_worker_base.py", "tests/test_worker_connections.py", "tests/test_worker_config.py",
                 "tests/test_worker_wakeups.py", "tests/test_worker_followup.py",
-                "tests/test_worker_settle_groups.py")  # fmt: skip
+                "tests/test_worker_settle_groups.py", "tests/test_worker_takeover.py")  # fmt: skip
 TEST_SUPPORT = ("tests/conftest.py", "tests/helpers.py", "tests/v2_helpers.py")
 ALWAYS = "(every part)"  # what a schema or privilege mutant touches: every part may notice it
 
