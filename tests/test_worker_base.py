@@ -182,29 +182,40 @@ def test_a_poll_that_loses_its_connection_counts_and_waits() -> None:
 
 def test_a_busy_loop_wakes_when_a_slot_frees_not_at_the_next_poll_interval() -> None:
     worker = _worker(concurrency=1, poll_interval=600.0)  # a loop that waited this long would hang
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
+    full: list[int] = []  # the loop's own looks that found every slot busy
     polls: list[int] = []
+    looked = worker.free_slots
+
+    def watched() -> int:  # only the loop looks at the slots: the test never takes one from it
+        free = looked()
+        if free == 0 and threading.current_thread().name == "loop":
+            full.append(free)
+        return free
 
     def held() -> None:
+        started.set()
         release.wait(GUARD)
 
     def poll(*, wait_for_handlers: bool = False) -> int:
-        polls.append(worker.free_slots())
+        polls.append(len(polls))
         if len(polls) == 1:
             worker.submit(held)
             return 1
         worker.request_shutdown()
         return 1
 
+    worker.free_slots = watched  # type: ignore[method-assign]
     worker.poll = poll  # type: ignore[method-assign]
     with worker:
-        loop = threading.Thread(target=worker.run, kwargs={"handle_signals": False}, daemon=True)
+        loop = threading.Thread(target=worker.run, kwargs={"handle_signals": False}, name="loop", daemon=True)
         loop.start()
-        assert _until(lambda: worker.free_slots() == 0)  # the handler holds the only slot
+        assert started.wait(GUARD)
+        assert _until(lambda: bool(full))  # the loop found the only slot busy: it waits for it to free
         release.set()
         loop.join(GUARD)
         assert not loop.is_alive(), "the loop slept through the freed slot"
-    assert polls == [1, 1]
+    assert polls == [0, 1]
 
 
 def test_signals_ask_for_shutdown_while_the_loop_runs_and_are_given_back() -> None:
